@@ -1,0 +1,20 @@
+// Host invariant checks. ATTNRT_DCHECK is on in Debug builds and in test builds
+// (ATTNRT_ENABLE_DCHECK); it aborts with file:line, and compiles to nothing otherwise.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+
+#if defined(ATTNRT_ENABLE_DCHECK) && ATTNRT_ENABLE_DCHECK
+#define ATTNRT_DCHECK(cond)                                                      \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      std::fprintf(stderr, "%s:%d: DCHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                              \
+    }                                                                            \
+  } while (0)
+#else
+#define ATTNRT_DCHECK(cond) \
+  do {                      \
+  } while (0)
+#endif

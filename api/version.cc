@@ -1,0 +1,5 @@
+#include "api/version.h"
+
+namespace attnrt {
+const char* Version() { return "0.1.0"; }
+}  // namespace attnrt

@@ -1,0 +1,6 @@
+// Library version, for logs and bench records.
+#pragma once
+
+namespace attnrt {
+const char* Version();
+}  // namespace attnrt

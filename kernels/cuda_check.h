@@ -1,0 +1,40 @@
+// The one macro that turns a CUDA or cuBLAS error into a Status with file and line. Header-only:
+// kvcache's device pools use it too without linking kernels.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "api/status.h"
+
+namespace attnrt {
+
+inline Status CudaStatus(cudaError_t err, const char* expr, const char* file, int line) {
+  if (err == cudaSuccess) return Status::Ok();
+  return InternalError(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
+                       ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+inline Status CublasStatus(cublasStatus_t err, const char* expr, const char* file, int line) {
+  if (err == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return InternalError(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
+                       ": " + cublasGetStatusName(err) + " (" + cublasGetStatusString(err) + ")");
+}
+
+// True where a CUDA device is usable (tests skip GPU cases otherwise).
+inline bool CudaDeviceAvailable() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+}  // namespace attnrt
+
+// ATTNRT_CUDA_RETURN(cudaMemcpyAsync(...)); returns a Status on failure.
+#define ATTNRT_CUDA_RETURN(expr) \
+  ATTNRT_RETURN_IF_ERROR(::attnrt::CudaStatus((expr), #expr, __FILE__, __LINE__))
+#define ATTNRT_CUBLAS_RETURN(expr) \
+  ATTNRT_RETURN_IF_ERROR(::attnrt::CublasStatus((expr), #expr, __FILE__, __LINE__))
+// After a kernel launch: checks the launch error.
+#define ATTNRT_CUDA_RETURN_LAUNCH() ATTNRT_CUDA_RETURN(cudaGetLastError())

@@ -1,0 +1,53 @@
+// Plain views shared by the host reference and the CUDA kernels: the paged KV pools and one
+// decode batch. No CUDA header: host code (CPU executor, tests) builds these from host memory,
+// the CUDA executor from device memory.
+#pragma once
+
+#include <cstdint>
+
+#include "api/half.h"
+
+namespace attnrt::kernels {
+
+// K and V pools of every layer. Layout (the KV contract, ARCHITECTURE.md):
+//   per layer: [num_blocks][num_kv_heads][block_size][head_dim] FP16 ("HND": one head's page is
+//   contiguous, block_size*head_dim*2 bytes), layer l at k + l * layer_stride (same for v).
+struct KvPoolView {
+  Half* k = nullptr;
+  Half* v = nullptr;
+  int num_layers = 0;
+  int num_blocks = 0;
+  int num_kv_heads = 0;
+  int block_size = 0;
+  int head_dim = 0;
+
+  std::int64_t block_stride() const {
+    return static_cast<std::int64_t>(num_kv_heads) * block_size * head_dim;
+  }
+  std::int64_t layer_stride() const { return block_stride() * num_blocks; }
+  // Offset (elements) of token `offset` of head `h` in block `block` of layer `layer`.
+  std::int64_t TokenOffset(int layer, int block, int h, int offset) const {
+    return layer * layer_stride() + block * block_stride() +
+           (static_cast<std::int64_t>(h) * block_size + offset) * head_dim;
+  }
+};
+
+// One decode batch of `capacity` slots (the batch bucket; a CUDA grid is sized from it). Slot i
+// is one request: one new token of one sequence at one layer. A slot with kv_lengths[i] == 0 is
+// padding and is skipped by every kernel (no read, no write).
+struct DecodeBatchView {
+  int capacity = 0;
+  int num_q_heads = 0;           // H (num_kv_heads and head_dim come from the pool view)
+  int max_blocks_per_seq = 0;    // row stride of block_tables
+  const std::int32_t* kv_lengths = nullptr;    // [capacity] tokens attended, incl. the new one
+  const std::int32_t* layers = nullptr;        // [capacity]
+  const std::int32_t* block_tables = nullptr;  // [capacity][max_blocks_per_seq]
+  const Half* q = nullptr;      // [capacity][H][D]
+  const Half* k_new = nullptr;  // [capacity][Hkv][D], written at position kv_lengths[i] - 1
+  const Half* v_new = nullptr;  // [capacity][Hkv][D]
+  Half* out = nullptr;          // [capacity][H][D]
+  float* lse = nullptr;         // [capacity][H] natural-log LSE of the scaled scores; may be null
+  float scale = 1.0f;           // softmax scale
+};
+
+}  // namespace attnrt::kernels

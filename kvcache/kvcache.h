@@ -1,0 +1,161 @@
+// The paged KV cache: a block allocator with reference counts, per-sequence block tables shared
+// by all layers (fork shares blocks, copy-on-write on the first write into a shared block), and
+// the K/V page pools behind an allocator interface (host memory or device memory).
+//
+// Pool layout (the KV contract): per layer, K and V each [num_blocks][num_kv_heads][block_size]
+// [head_dim] FP16; layer l starts at l * num_blocks * num_kv_heads * block_size * head_dim
+// elements from k_data() (likewise v_data()).
+//
+// Every mutating call either succeeds or returns a Status and leaves every table, count and block
+// exactly as before.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "api/config.h"
+#include "api/half.h"
+#include "api/status.h"
+
+namespace attnrt::kvcache {
+
+using SequenceId = std::uint64_t;
+using BlockId = std::int32_t;
+
+// Fixed pool of block ids with O(1) allocate/free and reference counts.
+// Thread safety: none; the owner serialises calls.
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(std::int32_t num_blocks);
+
+  // A free block with reference count 1, or ResourceExhausted.
+  StatusOr<BlockId> Allocate();
+  // +1 reference on an allocated block; InvalidArgument if out of range or free.
+  Status AddRef(BlockId block);
+  // -1 reference; the block returns to the free list at 0. FailedPrecondition on a free block.
+  Status Release(BlockId block);
+
+  int ref_count(BlockId block) const;  // 0 for a free block
+  std::int32_t num_free() const;
+  std::int32_t num_blocks() const;
+
+ private:
+  std::vector<int> ref_counts_;
+  std::vector<BlockId> free_list_;  // stack
+};
+
+// A whole-block copy (every layer, K and V) that a copy-on-write needs before the next write.
+struct BlockCopy {
+  BlockId src = 0;
+  BlockId dst = 0;
+  friend bool operator==(const BlockCopy&, const BlockCopy&) = default;
+};
+
+// Where one layer's new token goes.
+struct TokenSlot {
+  BlockId block = 0;
+  std::int32_t offset = 0;    // token index inside the block
+  std::int32_t position = 0;  // token index in the sequence (length before the append)
+};
+
+// Per-sequence block tables and per-layer lengths. Each layer of a sequence has its own length
+// (decode requests advance one layer at a time); the block table covers the longest layer.
+// Thread safety: none; the owner serialises calls.
+class SequenceTable {
+ public:
+  // `allocator` must outlive the table.
+  SequenceTable(const ModelShape& shape, BlockAllocator* allocator);
+  ~SequenceTable();  // releases every block still held
+
+  Status Create(SequenceId id);                       // AlreadyExists on a duplicate id
+  Status Fork(SequenceId parent, SequenceId child);   // child shares every block of parent
+  Status Free(SequenceId id);                         // NotFound on an unknown id
+  // Advances `layer` of `id` (every layer with kAllLayers) by n tokens, growing the block table
+  // to cover them; returns the first new position (kAllLayers needs equal layer lengths, else
+  // FailedPrecondition). Blocks that must be copied before the new
+  // tokens are written (copy-on-write) are appended to *copies (never null).
+  static constexpr int kAllLayers = -1;
+  StatusOr<int> Append(SequenceId id, int layer, int n, std::vector<BlockCopy>* copies);
+  // Append(id, layer, 1) for decode: returns the slot the new token's K/V go to.
+  StatusOr<TokenSlot> AppendToken(SequenceId id, int layer, std::vector<BlockCopy>* copies);
+
+  StatusOr<int> Length(SequenceId id, int layer) const;
+  StatusOr<std::span<const BlockId>> Blocks(SequenceId id) const;
+  bool Contains(SequenceId id) const;
+  std::size_t num_sequences() const;
+  // Host bytes of block tables, lengths and index structures.
+  std::size_t MetadataBytes() const;
+
+  const ModelShape& shape() const { return shape_; }
+
+ private:
+  ModelShape shape_;
+  BlockAllocator* allocator_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Backing memory for the K and V pools of all layers.
+class PoolMemory {
+ public:
+  virtual ~PoolMemory() = default;
+  virtual Half* k() = 0;
+  virtual Half* v() = 0;
+  virtual bool on_device() const = 0;
+  virtual std::size_t bytes() const = 0;  // K + V
+  // Copies whole blocks (all layers, K and V) src -> dst. `block_elems` is one layer's block
+  // (num_kv_heads * block_size * head_dim), `layer_elems` one layer's pool.
+  virtual Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_elems,
+                            std::int64_t layer_elems, int num_layers) = 0;
+};
+
+// `bytes_each` bytes for K and again for V.
+StatusOr<std::unique_ptr<PoolMemory>> MakeHostPoolMemory(std::size_t bytes_each);
+// cudaMalloc'd pools; Unavailable where no CUDA device is present.
+StatusOr<std::unique_ptr<PoolMemory>> MakeDevicePoolMemory(std::size_t bytes_each);
+
+enum class PoolKind { kHost, kDevice };
+
+// Bytes of K+V one block takes across all layers.
+std::size_t BlockBytes(const ModelShape& shape);
+// Blocks that fit a K+V byte budget.
+std::int32_t BlocksForBudget(const ModelShape& shape, std::size_t kv_bytes);
+// Blocks that fit `fraction` of the device's free memory; Unavailable without a device.
+StatusOr<std::int32_t> BlocksForFreeDeviceMemory(const ModelShape& shape, double fraction);
+
+// Allocator + sequence table + pools.
+class KvCache {
+ public:
+  static StatusOr<std::unique_ptr<KvCache>> Create(const ModelShape& shape, std::int32_t num_blocks,
+                                                   PoolKind kind);
+
+  const ModelShape& shape() const { return shape_; }
+  std::int32_t num_blocks() const { return allocator_.num_blocks(); }
+  BlockAllocator& allocator() { return allocator_; }
+  SequenceTable& sequences() { return sequences_; }
+  const SequenceTable& sequences() const { return sequences_; }
+  PoolMemory& pools() { return *pools_; }
+  Half* k_data() { return pools_->k(); }
+  Half* v_data() { return pools_->v(); }
+
+  // Applies copy-on-write copies the sequence table asked for.
+  Status ApplyCopies(std::span<const BlockCopy> copies);
+  // Writes `n` tokens of K and V ([n][Hkv][D], host memory) for `layer` at positions
+  // [start, start + n) of a sequence whose table already covers them (host or device pools;
+  // synchronous).
+  Status WriteTokens(SequenceId id, int layer, int start, int n, const Half* k, const Half* v);
+  // Reads token `position` of `layer` into host k/v ([Hkv][D]) (host or device pools).
+  Status ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) const;
+
+ private:
+  KvCache(const ModelShape& shape, std::int32_t num_blocks, std::unique_ptr<PoolMemory> pools);
+  ModelShape shape_;
+  BlockAllocator allocator_;
+  SequenceTable sequences_;
+  std::unique_ptr<PoolMemory> pools_;
+};
+
+}  // namespace attnrt::kvcache

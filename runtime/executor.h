@@ -1,0 +1,91 @@
+// The Executor interface: turns a formed batch of decode requests into work on a device (or the
+// CPU) and reports each request's completion. The scheduler depends only on this header, which
+// includes no CUDA header. Implementations: CpuExecutor (reference kernel over host pools) and
+// CudaExecutor (one CUDA Graph replay per batch bucket).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "api/config.h"
+#include "api/half.h"
+#include "api/status.h"
+
+namespace attnrt::runtime {
+
+using SequenceId = std::uint64_t;
+
+// Where a request's q/k/v/out buffers live.
+enum class MemoryKind {
+  kHost,    // copied through the executor's pinned staging buffers (the RPC-style default)
+  kDevice,  // device pointers: gathered/scattered by the graph's kernels (GPU executors only)
+};
+
+// One request of a batch. The buffers stay valid and untouched by the caller until the batch's
+// completion callback has run.
+struct BatchRequest {
+  SequenceId sequence_id = 0;
+  int layer = 0;
+  MemoryKind memory = MemoryKind::kHost;
+  const Half* q = nullptr;  // [H][D]
+  const Half* k = nullptr;  // [Hkv][D] the new token's key
+  const Half* v = nullptr;  // [Hkv][D] the new token's value
+  Half* out = nullptr;      // [H][D]
+  float* lse = nullptr;     // [H] optional
+};
+
+struct Batch {
+  std::vector<BatchRequest> requests;
+  // kDevice mode only: a cudaEvent_t (as an opaque pointer) the batch waits on before reading
+  // q/k/v; null means no wait.
+  void* ready_event = nullptr;
+};
+
+// Called exactly once per submitted batch, on an executor-owned thread (never the submitter's),
+// with one Status per request in batch order. Keep it short: it runs on the completion path.
+using BatchDoneFn = std::function<void(std::vector<Status> per_request)>;
+
+struct ExecutorStats {
+  std::int64_t batches = 0;
+  std::int64_t requests = 0;
+  std::int64_t failed_batches = 0;
+};
+
+// Thread safety: Submit() may be called from one thread at a time (the scheduler's batching
+// thread); done callbacks arrive on other threads.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual const ModelShape& shape() const = 0;
+  // Largest batch one Submit() accepts; larger ones are rejected with InvalidArgument.
+  virtual int max_batch_size() const = 0;
+  // Batch-size buckets (ascending) a batch is padded up to; the scheduler dispatches at once
+  // when a full bucket is ready.
+  virtual std::vector<int> buckets() const = 0;
+  // How many batches may be in flight at once (>= 2 for pipelining).
+  virtual int max_in_flight() const = 0;
+
+  // Validates the batch (a malformed batch returns its error and `done` is not called), then
+  // runs it asynchronously and calls `done` once. Blocks while max_in_flight() batches run.
+  virtual Status Submit(Batch batch, BatchDoneFn done) = 0;
+  // Blocks until every submitted batch has completed (its callback returned).
+  virtual void Wait() = 0;
+
+  // Sequence management over the executor's KV cache. Not concurrent with Submit().
+  virtual Status CreateSequence(SequenceId id) = 0;
+  virtual Status ForkSequence(SequenceId parent, SequenceId child) = 0;
+  virtual Status FreeSequence(SequenceId id) = 0;
+  // Appends `num_tokens` tokens of K and V ([num_tokens][Hkv][D], host memory) to one layer of a
+  // sequence: the prompt's cache, written outside any batch.
+  virtual Status Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
+                         const Half* v) = 0;
+  // Tokens stored for (sequence, layer).
+  virtual StatusOr<int> SequenceLength(SequenceId id, int layer) const = 0;
+
+  virtual ExecutorStats stats() const = 0;
+};
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs attnrt's build dependencies from the distro when missing (idempotent; Debian/Ubuntu).
+# The CUDA toolkit (nvcc, cuBLAS) is expected at /usr/local/cuda or on PATH.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ libspdlog-dev libboost-dev libconcurrentqueue-dev libgtest-dev
+      libgmock-dev libbenchmark-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: dependencies present"
+fi
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: nvcc not found: install the CUDA toolkit (nvcc, cuBLAS) first" >&2
+  exit 1
+fi
