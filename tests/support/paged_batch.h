@@ -1,0 +1,225 @@
+// Host builder of a random paged decode batch for tests and benchmarks: K/V pools with every
+// layer, block tables made of shuffled block ids, per-slot lengths and layers, q/k_new/v_new
+// drawn from N(0,1), outputs poisoned. Header-only, no CUDA (a device mirror lives beside the
+// GPU tests). Positions a kernel must never read (past each slot's history, unused blocks, the
+// new token's position before the append) are NaN, so a stray read shows up in the output.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "api/config.h"
+#include "api/half.h"
+#include "kernels/views.h"
+#include "tests/support/random_fp16.h"
+
+namespace attnrt::testing {
+
+struct PagedBatchOptions {
+  std::uint64_t seed = 1;
+  int capacity = 0;        // slots; 0 means lengths.size(). Slots past lengths are padding.
+  int extra_blocks = 3;    // unused (poisoned) blocks in the pool beside the ones in use
+  float q_scale = 1.0f;    // q ~ q_scale * N(0,1); 20 makes the softmax peaky
+  bool random_layers = true;  // each slot attends a random layer (else layer 0)
+};
+
+// Owns host memory; pools() and view() are views into it (valid while the batch lives and is
+// not resized).
+struct PagedBatch {
+  ModelShape shape;
+  int capacity = 0;
+  int num_blocks = 0;
+  int max_blocks_per_seq = 0;
+  std::vector<Half> k_pool, v_pool;          // [num_layers][num_blocks][Hkv][bs][D]
+  std::vector<std::int32_t> kv_lengths;      // [capacity]; 0 = padding
+  std::vector<std::int32_t> layers;          // [capacity]
+  std::vector<std::int32_t> block_tables;    // [capacity][max_blocks_per_seq]; -1 unused
+  std::vector<Half> q, k_new, v_new, out;    // [capacity][H or Hkv][D]
+  std::vector<float> lse;                    // [capacity][H]
+
+  kernels::KvPoolView pools() {
+    kernels::KvPoolView p;
+    p.k = k_pool.data();
+    p.v = v_pool.data();
+    p.num_layers = shape.num_layers;
+    p.num_blocks = num_blocks;
+    p.num_kv_heads = shape.num_kv_heads;
+    p.block_size = shape.block_size;
+    p.head_dim = shape.head_dim;
+    return p;
+  }
+  kernels::DecodeBatchView view() {
+    kernels::DecodeBatchView b;
+    b.capacity = capacity;
+    b.num_q_heads = shape.num_q_heads;
+    b.max_blocks_per_seq = max_blocks_per_seq;
+    b.kv_lengths = kv_lengths.data();
+    b.layers = layers.data();
+    b.block_tables = block_tables.data();
+    b.q = q.data();
+    b.k_new = k_new.data();
+    b.v_new = v_new.data();
+    b.out = out.data();
+    b.lse = lse.data();
+    b.scale = shape.scale();
+    return b;
+  }
+  // Element offset of token t (kv head h) of slot i in its layer's pool.
+  std::int64_t TokenOffset(int slot, int t, int h) {
+    const int block = block_tables[static_cast<std::size_t>(slot) * max_blocks_per_seq +
+                                   t / shape.block_size];
+    return pools().TokenOffset(layers[slot], block, h, t % shape.block_size);
+  }
+  bool live(int slot) const { return kv_lengths[slot] > 0; }
+  std::int64_t live_kv_tokens() const {
+    return std::accumulate(kv_lengths.begin(), kv_lengths.end(), std::int64_t{0});
+  }
+};
+
+// Builds a batch for `lengths` (each >= 0; 0 = padding slot). Every length must be
+// <= shape.max_context.
+inline PagedBatch MakePagedBatch(const ModelShape& shape, std::span<const int> lengths,
+                                 const PagedBatchOptions& options = {}) {
+  PagedBatch b;
+  b.shape = shape;
+  b.capacity = std::max<int>(options.capacity, static_cast<int>(lengths.size()));
+  b.max_blocks_per_seq = shape.max_blocks_per_sequence();
+  const int bs = shape.block_size;
+  const int hkv = shape.num_kv_heads;
+  const int d = shape.head_dim;
+  const int h = shape.num_q_heads;
+  NormalRng rng(options.seed);
+
+  b.kv_lengths.assign(b.capacity, 0);
+  b.layers.assign(b.capacity, 0);
+  int blocks_used = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    b.kv_lengths[i] = lengths[i];
+    blocks_used += (lengths[i] + bs - 1) / bs;
+  }
+  b.num_blocks = blocks_used + options.extra_blocks;
+  for (int i = 0; i < b.capacity; ++i) {
+    b.layers[i] = options.random_layers ? rng.NextInt(0, shape.num_layers - 1) : 0;
+  }
+
+  // Shuffled block ids (Fisher-Yates with our own generator, so a seed is portable).
+  std::vector<std::int32_t> ids(b.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int i = b.num_blocks - 1; i > 0; --i) std::swap(ids[i], ids[rng.NextInt(0, i)]);
+  b.block_tables.assign(static_cast<std::size_t>(b.capacity) * b.max_blocks_per_seq, -1);
+  int next = 0;
+  for (int i = 0; i < b.capacity; ++i) {
+    const int nb = (b.kv_lengths[i] + bs - 1) / bs;
+    for (int j = 0; j < nb; ++j) {
+      b.block_tables[static_cast<std::size_t>(i) * b.max_blocks_per_seq + j] = ids[next++];
+    }
+  }
+
+  // Pools: random everywhere (other layers' pages of a block hold real-looking data, so reading
+  // the wrong layer gives a wrong answer), then NaN where the slot's own layer must not be read.
+  const std::size_t pool_elems = static_cast<std::size_t>(shape.num_layers) * b.num_blocks * hkv *
+                                 bs * d;
+  b.k_pool.resize(pool_elems);
+  b.v_pool.resize(pool_elems);
+  FillNormal(b.k_pool, rng);
+  FillNormal(b.v_pool, rng);
+  const kernels::KvPoolView pv = b.pools();
+  for (int l = 0; l < shape.num_layers; ++l) {  // unused blocks
+    for (int j = blocks_used; j < b.num_blocks; ++j) {
+      const std::int64_t off = pv.TokenOffset(l, ids[j], 0, 0);
+      std::fill_n(b.k_pool.begin() + off, pv.block_stride(), kHalfNaN);
+      std::fill_n(b.v_pool.begin() + off, pv.block_stride(), kHalfNaN);
+    }
+  }
+  for (int i = 0; i < b.capacity; ++i) {  // the new token's position and the rest of its block
+    const int len = b.kv_lengths[i];
+    if (len == 0) continue;
+    for (int t = len - 1; t < (len + bs - 1) / bs * bs; ++t) {
+      for (int hh = 0; hh < hkv; ++hh) {
+        const std::int64_t off = b.TokenOffset(i, t, hh);
+        std::fill_n(b.k_pool.begin() + off, d, kHalfNaN);
+        std::fill_n(b.v_pool.begin() + off, d, kHalfNaN);
+      }
+    }
+  }
+
+  b.q.resize(static_cast<std::size_t>(b.capacity) * h * d);
+  FillNormal(b.q, rng, options.q_scale);
+  b.k_new.resize(static_cast<std::size_t>(b.capacity) * hkv * d);
+  b.v_new.resize(b.k_new.size());
+  FillNormal(b.k_new, rng);
+  FillNormal(b.v_new, rng);
+  b.out.resize(b.q.size());
+  Poison(b.out);
+  b.lse.resize(static_cast<std::size_t>(b.capacity) * h);
+  Poison(b.lse);
+  return b;
+}
+
+// Error of an FP16 output against an FP32/FP64 reference over the live slots.
+struct OutputError {
+  double max_abs = 0.0;
+  double rel_l2 = 0.0;     // ||got - ref|| / ||ref||
+  std::int64_t non_finite = 0;
+};
+
+inline OutputError CompareOutput(const PagedBatch& b, std::span<const Half> got,
+                                 std::span<const float> ref) {
+  OutputError e;
+  double diff2 = 0.0, ref2 = 0.0;
+  const std::size_t row = static_cast<std::size_t>(b.shape.num_q_heads) * b.shape.head_dim;
+  for (int i = 0; i < b.capacity; ++i) {
+    if (!b.live(i)) continue;
+    for (std::size_t j = i * row; j < (i + 1) * row; ++j) {
+      const double g = HalfToFloat(got[j]);
+      if (!std::isfinite(g)) {
+        ++e.non_finite;
+        continue;
+      }
+      const double d = g - ref[j];
+      e.max_abs = std::max(e.max_abs, std::abs(d));
+      diff2 += d * d;
+      ref2 += static_cast<double>(ref[j]) * ref[j];
+    }
+  }
+  e.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return e;
+}
+
+// Largest |got - ref| of the LSE over live slots (infinity if any is not finite).
+inline double MaxLseError(const PagedBatch& b, std::span<const float> got,
+                          std::span<const float> ref) {
+  double m = 0.0;
+  const int h = b.shape.num_q_heads;
+  for (int i = 0; i < b.capacity; ++i) {
+    if (!b.live(i)) continue;
+    for (int j = i * h; j < (i + 1) * h; ++j) {
+      if (!std::isfinite(got[j])) return INFINITY;
+      m = std::max(m, static_cast<double>(std::abs(got[j] - ref[j])));
+    }
+  }
+  return m;
+}
+
+// True if every padded slot's out and lse still hold the poison they were built with.
+inline bool PaddedSlotsUntouched(const PagedBatch& b, std::span<const Half> out,
+                                 std::span<const float> lse) {
+  const std::size_t row = static_cast<std::size_t>(b.shape.num_q_heads) * b.shape.head_dim;
+  const int h = b.shape.num_q_heads;
+  for (int i = 0; i < b.capacity; ++i) {
+    if (b.live(i)) continue;
+    for (std::size_t j = i * row; j < (i + 1) * row; ++j) {
+      if (!IsNaN(out[j])) return false;
+    }
+    for (int j = i * h; j < (i + 1) * h; ++j) {
+      if (!std::isnan(lse[j])) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace attnrt::testing
