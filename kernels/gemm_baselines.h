@@ -1,0 +1,52 @@
+// Baselines of the GEMM path, for benchmarks and the studies only (never production): the same
+// plan, workspace, gather, softmax and finalize kernels and the same numerics (FP16 operands,
+// FP32 compute, FP16 weights), with the two GEMMs issued differently:
+//   iterative      a host loop over (slot, kv head): cublasGemmEx QK^T over the slot's exact
+//                  length, one softmax launch over its G rows, cublasGemmEx PV. 3 launches per
+//                  (slot, kv head) plus gather and finalize; needs the lengths on the host.
+//   pointer-array  cublasGemmBatchedEx over the same [capacity*Hkv] problems as the strided path,
+//                  addressed through device arrays of pointers built once (PrepareGemmPointerArrays).
+//   big GEMM       an upper bound, not attention: each GEMM issued as ONE cublasGemmEx over the
+//                  whole workspace with the same FLOPs and bytes (K_all[capacity*Hkv*Tpad x D]
+//                  times slot 0's q group; V_all^T times the weights viewed as one matrix). Its
+//                  output is meaningless; only its time is.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "api/config.h"
+#include "api/status.h"
+#include "kernels/decode.h"
+#include "kernels/gemm_path.h"
+#include "kernels/views.h"
+
+namespace attnrt::kernels {
+
+// `host_kv_lengths` must equal the device batch.kv_lengths (size plan.capacity, each <= Tpad).
+Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
+                        const DecodeBatchView& batch, const KvPoolView& pools,
+                        std::span<const std::int32_t> host_kv_lengths, DecodeWorkspace workspace,
+                        cublasHandle_t cublas, cudaStream_t stream);
+
+// Device bytes for the six pointer arrays of the pointer-array baseline.
+std::size_t GemmPointerArrayBytes(const GemmPathPlan& plan);
+// Builds the arrays for this batch's q/out-independent operands (q and the workspace) into
+// `arrays` (synchronous copy; not capture-safe). Valid while batch.q and workspace stay put.
+Status PrepareGemmPointerArrays(const GemmPathPlan& plan, const DecodeBatchView& batch,
+                                DecodeWorkspace workspace, DecodeWorkspace arrays);
+Status RunGemmPointerBatched(const GemmPathPlan& plan, const ModelShape& shape,
+                             const DecodeBatchView& batch, const KvPoolView& pools,
+                             DecodeWorkspace workspace, DecodeWorkspace arrays,
+                             cublasHandle_t cublas, cudaStream_t stream);
+
+// Upper bound (output not attention; see above). Capture-safe like RunGemmPath.
+Status RunGemmBigGemm(const GemmPathPlan& plan, const ModelShape& shape,
+                      const DecodeBatchView& batch, const KvPoolView& pools,
+                      DecodeWorkspace workspace, cublasHandle_t cublas, cudaStream_t stream);
+
+}  // namespace attnrt::kernels
