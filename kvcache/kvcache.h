@@ -8,6 +8,13 @@
 //
 // Every mutating call either succeeds or returns a Status and leaves every table, count and block
 // exactly as before.
+//
+// Metadata overhead: per block 12 host bytes (a 4-byte block-table entry, a 4-byte reference
+// count, a 4-byte free-list slot), per sequence about 80 bytes of index plus 4 bytes per layer
+// length. For 32 layers, Hkv = 8, D = 128, block size 16 a block holds 2 MiB of K+V, so 64
+// sequences of 4096 tokens (16384 blocks, 32 GiB of K+V) carry 212 KB of metadata: 6.2e-6 of the
+// KV bytes; 1024 one-block sequences 1.1e-4. Bound: 1% (tests/kvcache/sequence_table_test.cc
+// computes it from MetadataBytes(); bench/NOTES.md).
 #pragma once
 
 #include <cstddef>
@@ -38,9 +45,11 @@ class BlockAllocator {
   // -1 reference; the block returns to the free list at 0. FailedPrecondition on a free block.
   Status Release(BlockId block);
 
-  int ref_count(BlockId block) const;  // 0 for a free block
+  int ref_count(BlockId block) const;  // 0 for a free block (and for an id out of range)
   std::int32_t num_free() const;
   std::int32_t num_blocks() const;
+  // Host bytes of the reference counts and the free list.
+  std::size_t MetadataBytes() const;
 
  private:
   std::vector<int> ref_counts_;
@@ -82,16 +91,25 @@ class SequenceTable {
   // Append(id, layer, 1) for decode: returns the slot the new token's K/V go to.
   StatusOr<TokenSlot> AppendToken(SequenceId id, int layer, std::vector<BlockCopy>* copies);
 
+  // With kAllLayers: the common length of every layer (FailedPrecondition if they differ).
   StatusOr<int> Length(SequenceId id, int layer) const;
+  // The block table; valid until the next call that changes this table.
   StatusOr<std::span<const BlockId>> Blocks(SequenceId id) const;
   bool Contains(SequenceId id) const;
   std::size_t num_sequences() const;
+  // Every live sequence id, in no particular order (snapshots, tests, debugging).
+  std::vector<SequenceId> SequenceIds() const;
   // Host bytes of block tables, lengths and index structures.
   std::size_t MetadataBytes() const;
 
   const ModelShape& shape() const { return shape_; }
 
  private:
+  struct Sequence;
+  // Append that also hands back the sequence it grew (AppendToken reads the slot from it).
+  StatusOr<int> AppendImpl(SequenceId id, int layer, int n, std::vector<BlockCopy>* copies,
+                           const Sequence** sequence);
+
   ModelShape shape_;
   BlockAllocator* allocator_;
   struct Impl;
@@ -110,6 +128,15 @@ class PoolMemory {
   // (num_kv_heads * block_size * head_dim), `layer_elems` one layer's pool.
   virtual Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_elems,
                             std::int64_t layer_elems, int num_layers) = 0;
+  // Strided copies between host memory and the pools (synchronous): `rows` rows of `row_bytes`
+  // bytes, consecutive rows `pool_pitch` bytes apart in the pool and `host_pitch` bytes apart in
+  // host memory. `pool` points into k() or v(); InvalidArgument if the rows leave the pool.
+  virtual Status CopyRowsToPool(Half* pool, std::size_t pool_pitch, const Half* host,
+                                std::size_t host_pitch, std::size_t row_bytes,
+                                std::size_t rows) = 0;
+  virtual Status CopyRowsFromPool(Half* host, std::size_t host_pitch, const Half* pool,
+                                  std::size_t pool_pitch, std::size_t row_bytes,
+                                  std::size_t rows) const = 0;
 };
 
 // `bytes_each` bytes for K and again for V.
@@ -119,7 +146,7 @@ StatusOr<std::unique_ptr<PoolMemory>> MakeDevicePoolMemory(std::size_t bytes_eac
 
 enum class PoolKind { kHost, kDevice };
 
-// Bytes of K+V one block takes across all layers.
+// Bytes of K+V one block takes across all layers (0 for a shape with a non-positive dimension).
 std::size_t BlockBytes(const ModelShape& shape);
 // Blocks that fit a K+V byte budget.
 std::int32_t BlocksForBudget(const ModelShape& shape, std::size_t kv_bytes);
@@ -141,14 +168,25 @@ class KvCache {
   Half* k_data() { return pools_->k(); }
   Half* v_data() { return pools_->v(); }
 
-  // Applies copy-on-write copies the sequence table asked for.
+  // Applies copy-on-write copies the sequence table asked for. Every src/dst is checked
+  // (InvalidArgument naming the entry) before anything is copied.
   Status ApplyCopies(std::span<const BlockCopy> copies);
   // Writes `n` tokens of K and V ([n][Hkv][D], host memory) for `layer` at positions
   // [start, start + n) of a sequence whose table already covers them (host or device pools;
-  // synchronous).
+  // synchronous). Requires start + n <= Length(id, layer), and every block written to be held
+  // by this sequence alone (FailedPrecondition otherwise: a shared block is copied on write by
+  // Append/AppendToken, never written in place).
   Status WriteTokens(SequenceId id, int layer, int start, int n, const Half* k, const Half* v);
   // Reads token `position` of `layer` into host k/v ([Hkv][D]) (host or device pools).
   Status ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) const;
+
+  // Element offset of token `offset` of kv head `head` in `block` of `layer`, from k_data()
+  // (likewise v_data()): ((layer * num_blocks + block) * Hkv + head) * block_size * D + offset * D.
+  std::int64_t TokenOffset(int layer, BlockId block, int head, int offset) const;
+  // Host metadata: the sequence table's plus the allocator's.
+  std::size_t MetadataBytes() const;
+  // K + V bytes of the pools.
+  std::size_t kv_bytes() const { return pools_->bytes(); }
 
  private:
   KvCache(const ModelShape& shape, std::int32_t num_blocks, std::unique_ptr<PoolMemory> pools);

@@ -1,0 +1,138 @@
+// BlockAllocator: O(1) allocate/release through a free stack, reference counts, and the errors
+// (out of range, double free, exhausted) leaving the allocator as it was.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "kvcache/kvcache.h"
+
+namespace attnrt::kvcache {
+namespace {
+
+std::vector<int> RefCounts(const BlockAllocator& a) {
+  std::vector<int> out;
+  for (BlockId b = 0; b < a.num_blocks(); ++b) out.push_back(a.ref_count(b));
+  return out;
+}
+
+TEST(BlockAllocatorTest, AllocatesEveryBlockOnceThenReportsExhaustion) {
+  constexpr int kBlocks = 37;
+  BlockAllocator a(kBlocks);
+  EXPECT_EQ(a.num_blocks(), kBlocks);
+  EXPECT_EQ(a.num_free(), kBlocks);
+  std::set<BlockId> seen;
+  for (int i = 0; i < kBlocks; ++i) {
+    auto b = a.Allocate();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_GE(*b, 0);
+    EXPECT_LT(*b, kBlocks);
+    EXPECT_TRUE(seen.insert(*b).second) << "block " << *b << " handed out twice";
+    EXPECT_EQ(a.ref_count(*b), 1);
+    EXPECT_EQ(a.num_free(), kBlocks - i - 1);
+  }
+  const std::vector<int> before = RefCounts(a);
+  auto none = a.Allocate();
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("37 blocks"), std::string::npos)
+      << none.status().message();
+  EXPECT_EQ(RefCounts(a), before);
+  EXPECT_EQ(a.num_free(), 0);
+}
+
+TEST(BlockAllocatorTest, FreedBlocksAreReusedLastInFirstOut) {
+  BlockAllocator a(8);
+  std::vector<BlockId> got;
+  for (int i = 0; i < 5; ++i) got.push_back(*a.Allocate());
+  ASSERT_TRUE(a.Release(got[1]).ok());
+  ASSERT_TRUE(a.Release(got[3]).ok());
+  EXPECT_EQ(a.num_free(), 5);
+  EXPECT_EQ(a.ref_count(got[1]), 0);
+  EXPECT_EQ(*a.Allocate(), got[3]);
+  EXPECT_EQ(*a.Allocate(), got[1]);
+  EXPECT_EQ(a.num_free(), 3);
+}
+
+TEST(BlockAllocatorTest, ReferenceCountsKeepABlockUntilTheLastRelease) {
+  BlockAllocator a(4);
+  const BlockId b = *a.Allocate();
+  ASSERT_TRUE(a.AddRef(b).ok());
+  ASSERT_TRUE(a.AddRef(b).ok());
+  EXPECT_EQ(a.ref_count(b), 3);
+  EXPECT_EQ(a.num_free(), 3);
+  ASSERT_TRUE(a.Release(b).ok());
+  ASSERT_TRUE(a.Release(b).ok());
+  EXPECT_EQ(a.ref_count(b), 1);
+  EXPECT_EQ(a.num_free(), 3);
+  ASSERT_TRUE(a.Release(b).ok());
+  EXPECT_EQ(a.ref_count(b), 0);
+  EXPECT_EQ(a.num_free(), 4);
+}
+
+TEST(BlockAllocatorTest, DoubleFreeIsFailedPreconditionAndChangesNothing) {
+  BlockAllocator a(4);
+  const BlockId b = *a.Allocate();
+  const BlockId keep = *a.Allocate();
+  ASSERT_TRUE(a.Release(b).ok());
+  const std::vector<int> before = RefCounts(a);
+  Status s = a.Release(b);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("block = " + std::to_string(b)), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("double free"), std::string::npos) << s.message();
+  EXPECT_EQ(RefCounts(a), before);
+  EXPECT_EQ(a.num_free(), 3);
+  EXPECT_EQ(a.ref_count(keep), 1);
+  // The free list was not corrupted: the three free blocks come out once each.
+  std::set<BlockId> rest;
+  for (int i = 0; i < 3; ++i) rest.insert(*a.Allocate());
+  EXPECT_EQ(rest.size(), 3u);
+  EXPECT_FALSE(rest.contains(keep));
+  EXPECT_FALSE(a.Allocate().ok());
+}
+
+TEST(BlockAllocatorTest, OutOfRangeIdsAreInvalidArgumentNamingIdAndRange) {
+  BlockAllocator a(6);
+  (void)*a.Allocate();
+  const std::vector<int> before = RefCounts(a);
+  for (BlockId bad : {-1, 6, 1000}) {
+    for (Status s : {a.AddRef(bad), a.Release(bad)}) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("block = " + std::to_string(bad)), std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find("[0, 6)"), std::string::npos) << s.message();
+    }
+    EXPECT_EQ(a.ref_count(bad), 0);
+  }
+  EXPECT_EQ(RefCounts(a), before);
+  EXPECT_EQ(a.num_free(), 5);
+}
+
+TEST(BlockAllocatorTest, AddRefOfAFreeBlockIsRejected) {
+  BlockAllocator a(3);
+  Status s = a.AddRef(2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("free"), std::string::npos) << s.message();
+  EXPECT_EQ(a.ref_count(2), 0);
+  EXPECT_EQ(a.num_free(), 3);
+}
+
+TEST(BlockAllocatorTest, EmptyAllocatorIsExhaustedAtOnce) {
+  BlockAllocator a(0);
+  EXPECT_EQ(a.num_free(), 0);
+  auto b = a.Allocate();
+  EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(b.status().message().find("all 0 blocks"), std::string::npos);
+}
+
+TEST(BlockAllocatorTest, MetadataIsAFewBytesPerBlock) {
+  BlockAllocator small(16), large(16 + 100000);
+  const double per_block =
+      static_cast<double>(large.MetadataBytes() - small.MetadataBytes()) / 100000.0;
+  EXPECT_GE(per_block, 8.0);  // a 4-byte count and a 4-byte free-list slot per block
+  EXPECT_LE(per_block, 9.0);
+}
+
+}  // namespace
+}  // namespace attnrt::kvcache
