@@ -47,6 +47,9 @@ struct Batch {
 // with one Status per request in batch order. Keep it short: it runs on the completion path.
 using BatchDoneFn = std::function<void(std::vector<Status> per_request)>;
 
+// The default batch-size buckets of both executors: 1, 2, 4, ..., 256.
+inline std::vector<int> DefaultBuckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256}; }
+
 struct ExecutorStats {
   std::int64_t batches = 0;
   std::int64_t requests = 0;

@@ -1,0 +1,51 @@
+// Device-memory requests of the CUDA executor: a gather kernel copies each such slot's q/k/v
+// from the caller's device pointers into the executor's fixed input buffers, and a scatter
+// kernel copies out/lse back to the caller's pointers. One CTA per slot; slots with
+// kv_length 0 (padding) or a null pointer (host-memory requests) exit at once. The same launch
+// configuration serves eager launches and graph kernel nodes. Internal to runtime/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/half.h"
+#include "api/status.h"
+
+namespace attnrt::runtime {
+
+struct BatchIoArgs {
+  int capacity = 0;                   // slots (grid size)
+  int q_elems = 0;                    // H * D
+  int kv_elems = 0;                   // Hkv * D
+  int num_q_heads = 0;                // H (LSE elements per slot)
+  const std::int32_t* kv_lengths = nullptr;  // [capacity], device
+  // [capacity] caller device pointers (0 for host-memory requests), device copies.
+  const std::uint64_t* q_ptrs = nullptr;
+  const std::uint64_t* k_ptrs = nullptr;
+  const std::uint64_t* v_ptrs = nullptr;
+  const std::uint64_t* out_ptrs = nullptr;
+  const std::uint64_t* lse_ptrs = nullptr;
+  // The executor's fixed buffers.
+  Half* q = nullptr;            // [capacity][H][D]
+  Half* k = nullptr;            // [capacity][Hkv][D]
+  Half* v = nullptr;            // [capacity][Hkv][D]
+  const Half* out = nullptr;    // [capacity][H][D]
+  const float* lse = nullptr;   // [capacity][H]
+};
+
+// The same kernels as graph kernel nodes (the node keeps its own copy of `args`).
+Status AddGatherNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                     const BatchIoArgs& args, cudaGraphNode_t* node);
+Status AddScatterNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                      const BatchIoArgs& args, cudaGraphNode_t* node);
+
+Status LaunchGather(const BatchIoArgs& args, cudaStream_t stream);
+Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream);
+
+// Issues a launch with an invalid configuration on `stream`: a real, non-sticky CUDA error for
+// failure-injection tests. Always returns the error Status.
+Status LaunchInvalidForTesting(cudaStream_t stream);
+
+}  // namespace attnrt::runtime

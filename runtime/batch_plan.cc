@@ -1,0 +1,154 @@
+// Per-request validation and token planning shared by the CPU and CUDA executors.
+#include "runtime/batch_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace attnrt::runtime {
+namespace {
+
+std::string Prefix(int index) { return "request " + std::to_string(index) + ": "; }
+
+Status WithPrefix(const Status& s, int index) {
+  return Status(s.code(), Prefix(index) + s.message());
+}
+
+}  // namespace
+
+Status ValidateBatchShape(const Batch& batch, int max_batch_size) {
+  if (batch.requests.empty()) return InvalidArgumentError("batch has 0 requests, expected >= 1");
+  if (static_cast<int>(batch.requests.size()) > max_batch_size) {
+    return InvalidArgumentError("batch has " + std::to_string(batch.requests.size()) +
+                                " requests, more than max_batch_size " +
+                                std::to_string(max_batch_size));
+  }
+  return Status::Ok();
+}
+
+Status ValidateBuckets(const std::vector<int>& buckets) {
+  if (buckets.empty()) return InvalidArgumentError("buckets is empty, expected >= 1 bucket");
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i] <= 0 || (i > 0 && buckets[i] <= buckets[i - 1])) {
+      return InvalidArgumentError("buckets[" + std::to_string(i) + "] = " +
+                                  std::to_string(buckets[i]) +
+                                  ", expected positive and strictly ascending");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidatePrefill(const kvcache::SequenceTable& table, SequenceId id, int layer,
+                       int num_tokens, const Half* k, const Half* v) {
+  const int num_layers = table.shape().num_layers;
+  if (num_tokens <= 0) {
+    return InvalidArgumentError("num_tokens " + std::to_string(num_tokens) + ", expected >= 1");
+  }
+  if (k == nullptr) return InvalidArgumentError("k is null");
+  if (v == nullptr) return InvalidArgumentError("v is null");
+  if (layer < 0 || layer >= num_layers) {
+    return InvalidArgumentError("layer " + std::to_string(layer) + " is out of range [0, " +
+                                std::to_string(num_layers) + ")");
+  }
+  if (!table.Contains(id)) {
+    return NotFoundError("sequence_id " + std::to_string(id) + " is unknown");
+  }
+  return Status::Ok();
+}
+
+Status PrefillCache(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
+                    const Half* k, const Half* v) {
+  ATTNRT_RETURN_IF_ERROR(ValidatePrefill(cache.sequences(), id, layer, num_tokens, k, v));
+  std::vector<kvcache::BlockCopy> copies;
+  StatusOr<int> start = cache.sequences().Append(id, layer, num_tokens, &copies);
+  if (!start.ok()) return start.status();
+  Status s = cache.ApplyCopies(copies);
+  if (s.ok()) s = cache.WriteTokens(id, layer, *start, num_tokens, k, v);
+  if (!s.ok()) {
+    return Status(s.code(), "prefill of sequence_id " + std::to_string(id) + " layer " +
+                                std::to_string(layer) + " appended " +
+                                std::to_string(num_tokens) +
+                                " tokens but could not write them: " + s.message());
+  }
+  return Status::Ok();
+}
+
+void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
+  const int n = static_cast<int>(batch.requests.size());
+  const int num_layers = table_->shape().num_layers;
+  plan->statuses.assign(n, Status::Ok());
+  plan->live.clear();
+  plan->copies.clear();
+  plan->any_host = plan->any_device = false;
+  seen_.clear();
+
+  for (int i = 0; i < n; ++i) {
+    const BatchRequest& r = batch.requests[i];
+    Status& status = plan->statuses[i];
+    if (r.memory == MemoryKind::kDevice && !allow_device_memory_) {
+      status = UnimplementedError(Prefix(i) +
+                                  "memory is kDevice; this executor runs host memory only");
+      continue;
+    }
+    if (r.memory != MemoryKind::kHost && r.memory != MemoryKind::kDevice) {
+      status = InvalidArgumentError(Prefix(i) + "memory has unknown value " +
+                                    std::to_string(static_cast<int>(r.memory)));
+      continue;
+    }
+    const char* null_field = r.q == nullptr   ? "q"
+                             : r.k == nullptr ? "k"
+                             : r.v == nullptr ? "v"
+                             : r.out == nullptr ? "out"
+                                                : nullptr;
+    if (null_field != nullptr) {
+      status = InvalidArgumentError(Prefix(i) + null_field + " is null");
+      continue;
+    }
+    if (r.layer < 0 || r.layer >= num_layers) {
+      status = InvalidArgumentError(Prefix(i) + "layer " + std::to_string(r.layer) +
+                                    " is out of range [0, " + std::to_string(num_layers) + ")");
+      continue;
+    }
+    if (!table_->Contains(r.sequence_id)) {
+      status = NotFoundError(Prefix(i) + "sequence_id " + std::to_string(r.sequence_id) +
+                             " is unknown");
+      continue;
+    }
+    if (r.memory == MemoryKind::kDevice && device_check_ != nullptr) {
+      status = device_check_(r, i);
+      if (!status.ok()) continue;
+    }
+    if (!seen_.insert({r.sequence_id, r.layer}).second) {
+      status = InvalidArgumentError(Prefix(i) + "(sequence_id " + std::to_string(r.sequence_id) +
+                                    ", layer " + std::to_string(r.layer) +
+                                    ") appears twice in one batch; the later request must wait "
+                                    "for the next batch");
+      continue;
+    }
+    StatusOr<kvcache::TokenSlot> slot = table_->AppendToken(r.sequence_id, r.layer, &plan->copies);
+    if (!slot.ok()) {
+      status = WithPrefix(slot.status(), i);
+      continue;
+    }
+    plan->live.push_back(PlannedRequest{i, slot->position + 1});
+    (r.memory == MemoryKind::kHost ? plan->any_host : plan->any_device) = true;
+  }
+}
+
+Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const {
+  StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
+  if (!blocks.ok()) return blocks.status();
+  const int bs = table_->shape().block_size;
+  const std::size_t needed = static_cast<std::size_t>((kv_length + bs - 1) / bs);
+  if (needed > blocks->size()) {
+    return InternalError("sequence_id " + std::to_string(id) + " has " +
+                         std::to_string(blocks->size()) + " blocks, fewer than the " +
+                         std::to_string(needed) + " its length " + std::to_string(kv_length) +
+                         " needs");
+  }
+  static_assert(sizeof(kvcache::BlockId) == sizeof(std::int32_t), "block ids are int32");
+  std::memcpy(row, blocks->data(), needed * sizeof(std::int32_t));
+  return Status::Ok();
+}
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,209 @@
+// CPU executor: plans and snapshots each batch on the submitting thread, runs the reference
+// append + decode on the worker thread, which then calls the done callback.
+#include "runtime/cpu_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels/decode.h"
+
+namespace attnrt::runtime {
+
+StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const CpuExecutorOptions& options) {
+  ATTNRT_RETURN_IF_ERROR(options.shape.Validate());
+  ATTNRT_RETURN_IF_ERROR(ValidateBuckets(options.buckets));
+  if (options.num_blocks <= 0) {
+    return InvalidArgumentError("num_blocks " + std::to_string(options.num_blocks) +
+                                ", expected >= 1");
+  }
+  if (options.max_batch_size < 1) {
+    return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +
+                                ", expected >= 1");
+  }
+  if (options.max_in_flight < 1) {
+    return InvalidArgumentError("max_in_flight " + std::to_string(options.max_in_flight) +
+                                ", expected >= 1");
+  }
+  ATTNRT_ASSIGN_OR_RETURN(
+      std::unique_ptr<kvcache::KvCache> cache,
+      kvcache::KvCache::Create(options.shape, options.num_blocks, kvcache::PoolKind::kHost));
+  return std::unique_ptr<CpuExecutor>(new CpuExecutor(options, std::move(cache)));
+}
+
+CpuExecutor::CpuExecutor(const CpuExecutorOptions& options,
+                         std::unique_ptr<kvcache::KvCache> cache)
+    : options_(options),
+      cache_(std::move(cache)),
+      planner_(&cache_->sequences(), /*allow_device_memory=*/false, nullptr) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+CpuExecutor::~CpuExecutor() {
+  Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size));
+  if (batch.ready_event != nullptr) {
+    return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
+  }
+  if (!done) return InvalidArgumentError("done is empty");
+
+  auto job = std::make_unique<Job>();
+  planner_.Plan(batch, &job->plan);
+  // Snapshot the metadata now: later Submits move the table on.
+  const int mb = options_.shape.max_blocks_per_sequence();
+  std::vector<PlannedRequest> live;
+  live.reserve(job->plan.live.size());
+  job->block_tables.assign(job->plan.live.size() * static_cast<std::size_t>(mb), -1);
+  for (const PlannedRequest& p : job->plan.live) {
+    const BatchRequest& r = batch.requests[p.index];
+    Status row = planner_.FillBlockRow(r.sequence_id, p.kv_length,
+                                       job->block_tables.data() + live.size() * mb);
+    if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
+      job->plan.statuses[p.index] = row;
+      continue;
+    }
+    job->kv_lengths.push_back(p.kv_length);
+    job->layers.push_back(r.layer);
+    live.push_back(p);
+  }
+  job->plan.live = std::move(live);
+  job->batch = std::move(batch);
+  job->done = std::move(done);
+
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return pending_ < options_.max_in_flight; });
+  ++pending_;
+  queue_.push_back(std::move(job));
+  lock.unlock();
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void CpuExecutor::WorkerLoop() {
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ with nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const Status run = Run(*job);
+    if (!run.ok()) {
+      for (const PlannedRequest& p : job->plan.live) {
+        if (job->plan.statuses[p.index].ok()) job->plan.statuses[p.index] = run;
+      }
+    }
+    job->done(std::move(job->plan.statuses));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.batches;
+      stats_.requests += static_cast<std::int64_t>(job->batch.requests.size());
+      if (!run.ok()) ++stats_.failed_batches;
+      --pending_;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status CpuExecutor::Run(Job& job) {
+  const ModelShape& shape = options_.shape;
+  const int n = static_cast<int>(job.plan.live.size());
+  if (n == 0) return Status::Ok();
+  const std::size_t q_row = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
+  const std::size_t kv_row = static_cast<std::size_t>(shape.kv_token_elems());
+
+  kernels::KvPoolView pools;
+  pools.k = cache_->k_data();
+  pools.v = cache_->v_data();
+  pools.num_layers = shape.num_layers;
+  pools.num_blocks = cache_->num_blocks();
+  pools.num_kv_heads = shape.num_kv_heads;
+  pools.block_size = shape.block_size;
+  pools.head_dim = shape.head_dim;
+
+  // Copy-on-write first, in batch order. PoolMemory directly (not KvCache::ApplyCopies): this
+  // thread must not read the allocator, which the submitting thread keeps changing.
+  if (!job.plan.copies.empty()) {
+    ATTNRT_RETURN_IF_ERROR(cache_->pools().CopyBlocks(job.plan.copies, pools.block_stride(),
+                                                      pools.layer_stride(), shape.num_layers));
+  }
+
+  std::vector<Half> q(n * q_row), k(n * kv_row), v(n * kv_row), out(n * q_row);
+  std::vector<float> lse(static_cast<std::size_t>(n) * shape.num_q_heads);
+  for (int s = 0; s < n; ++s) {
+    const BatchRequest& r = job.batch.requests[job.plan.live[s].index];
+    std::memcpy(&q[s * q_row], r.q, q_row * sizeof(Half));
+    std::memcpy(&k[s * kv_row], r.k, kv_row * sizeof(Half));
+    std::memcpy(&v[s * kv_row], r.v, kv_row * sizeof(Half));
+  }
+  kernels::DecodeBatchView view;
+  view.capacity = n;
+  view.num_q_heads = shape.num_q_heads;
+  view.max_blocks_per_seq = shape.max_blocks_per_sequence();
+  view.kv_lengths = job.kv_lengths.data();
+  view.layers = job.layers.data();
+  view.block_tables = job.block_tables.data();
+  view.q = q.data();
+  view.k_new = k.data();
+  view.v_new = v.data();
+  view.out = out.data();
+  view.lse = lse.data();
+  view.scale = shape.scale();
+  kernels::ReferenceAppendKv(view, pools);
+  kernels::ReferenceDecode(view, pools,
+                           options_.float64_reference ? kernels::ReferencePrecision::kFloat64
+                                                      : kernels::ReferencePrecision::kFloat32);
+  for (int s = 0; s < n; ++s) {
+    const BatchRequest& r = job.batch.requests[job.plan.live[s].index];
+    std::memcpy(r.out, &out[s * q_row], q_row * sizeof(Half));
+    if (r.lse != nullptr) {
+      std::memcpy(r.lse, &lse[static_cast<std::size_t>(s) * shape.num_q_heads],
+                  shape.num_q_heads * sizeof(float));
+    }
+  }
+  return Status::Ok();
+}
+
+void CpuExecutor::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return pending_ == 0; });
+}
+
+Status CpuExecutor::CreateSequence(SequenceId id) { return cache_->sequences().Create(id); }
+
+Status CpuExecutor::ForkSequence(SequenceId parent, SequenceId child) {
+  return cache_->sequences().Fork(parent, child);
+}
+
+Status CpuExecutor::FreeSequence(SequenceId id) {
+  // Only metadata: a freed block is reused by a later batch, which runs after the queued ones.
+  return cache_->sequences().Free(id);
+}
+
+Status CpuExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
+                            const Half* v) {
+  Wait();  // it writes the pools from this thread
+  return PrefillCache(*cache_, id, layer, num_tokens, k, v);
+}
+
+StatusOr<int> CpuExecutor::SequenceLength(SequenceId id, int layer) const {
+  return cache_->sequences().Length(id, layer);
+}
+
+ExecutorStats CpuExecutor::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace attnrt::runtime

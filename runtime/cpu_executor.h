@@ -1,0 +1,85 @@
+// The CPU executor: the Executor interface over a host KV cache, running the reference append
+// and decode (kernels/reference.cc) on its own worker thread. Used by tests, examples and the
+// scheduler's benchmarks on machines without a GPU. No CUDA header.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "api/config.h"
+#include "kvcache/kvcache.h"
+#include "runtime/batch_plan.h"
+#include "runtime/executor.h"
+
+namespace attnrt::runtime {
+
+struct CpuExecutorOptions {
+  ModelShape shape;
+  std::int32_t num_blocks = 1024;     // KV blocks in the host pools (> 0)
+  std::vector<int> buckets = DefaultBuckets();  // reported to the scheduler; no padding on CPU
+  int max_batch_size = 1024;
+  int max_in_flight = 2;              // batches queued or running before Submit blocks (>= 1)
+  bool float64_reference = false;     // FP64 accumulation in the reference (slower)
+};
+
+// Thread safety: as Executor. Batches run in submission order on one worker thread, which also
+// calls the done callbacks; sequence management runs on the caller's thread and touches only
+// metadata (Prefill first drains the worker, since it writes the pools directly).
+class CpuExecutor final : public Executor {
+ public:
+  // InvalidArgument naming the option on a bad shape, block count, bucket list or limit.
+  static StatusOr<std::unique_ptr<CpuExecutor>> Create(const CpuExecutorOptions& options);
+  ~CpuExecutor() override;
+
+  const ModelShape& shape() const override { return options_.shape; }
+  int max_batch_size() const override { return options_.max_batch_size; }
+  std::vector<int> buckets() const override { return options_.buckets; }
+  int max_in_flight() const override { return options_.max_in_flight; }
+
+  Status Submit(Batch batch, BatchDoneFn done) override;
+  void Wait() override;
+
+  Status CreateSequence(SequenceId id) override;
+  Status ForkSequence(SequenceId parent, SequenceId child) override;
+  Status FreeSequence(SequenceId id) override;
+  Status Prefill(SequenceId id, int layer, int num_tokens, const Half* k, const Half* v) override;
+  StatusOr<int> SequenceLength(SequenceId id, int layer) const override;
+
+  ExecutorStats stats() const override;
+
+  // The cache (tests read tokens back through it). Not concurrent with running batches.
+  kvcache::KvCache& cache() { return *cache_; }
+
+ private:
+  // One submitted batch: the requests, their plan and the metadata packed on Submit (the
+  // block tables are snapshotted there, since the table moves on with later batches).
+  struct Job {
+    Batch batch;
+    BatchDoneFn done;
+    BatchPlan plan;
+    std::vector<std::int32_t> kv_lengths, layers, block_tables;
+  };
+
+  CpuExecutor(const CpuExecutorOptions& options, std::unique_ptr<kvcache::KvCache> cache);
+  void WorkerLoop();
+  Status Run(Job& job);
+
+  const CpuExecutorOptions options_;
+  const std::unique_ptr<kvcache::KvCache> cache_;
+  BatchPlanner planner_;  // submitting thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Job>> queue_;  // GUARDED_BY(mu_)
+  int pending_ = 0;                         // GUARDED_BY(mu_): queued + running
+  bool stop_ = false;                       // GUARDED_BY(mu_)
+  ExecutorStats stats_;                     // GUARDED_BY(mu_)
+  std::thread worker_;
+};
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,836 @@
+// CUDA executor (cuda_executor.h). Per piece of a batch: plan on the host (validation,
+// AppendToken, copy-on-write), pack the slot's pinned staging, then one cudaGraphLaunch of the
+// graph for (bucket, path, slot):
+//
+//   H2D memcpy (metadata + q/k/v, or metadata only) -> gather (device-memory requests)
+//     -> [child graph: append-KV -> decode path] -> scatter (device-memory requests)
+//     -> D2H memcpy (out + lse, for host-memory requests)
+//
+// followed by an event the completion thread waits on. Nodes a piece does not need are
+// disabled on the instantiated graph (cudaGraphNodeSetEnabled, only when the need changes), so
+// one graph serves host-memory, device-memory and mixed batches without re-capture.
+#include "runtime/cuda_executor.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "kernels/cuda_check.h"
+#include "kernels/decode.h"
+#include "kvcache/kvcache.h"
+#include "runtime/batch_io_kernels.h"
+#include "runtime/batch_plan.h"
+#include "runtime/cuda_resources.h"
+
+namespace attnrt::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+std::size_t Align16(std::size_t x) { return (x + 15) & ~std::size_t{15}; }
+
+// Byte offsets of one slot's arrays for a bucket of `capacity` slots. The input region (pinned
+// staging and its device mirror) holds the metadata first, then q/k/v, so one H2D copy of
+// meta_bytes serves device-memory pieces and one of in_bytes the others. The output region holds
+// out then lse. Offsets depend on the bucket, so each bucket's H2D copies only its own bytes.
+struct SlotLayout {
+  int capacity = 0;
+  std::size_t kv_lengths = 0, layers = 0, block_tables = 0;
+  std::size_t q_ptrs = 0, k_ptrs = 0, v_ptrs = 0, out_ptrs = 0, lse_ptrs = 0;
+  std::size_t meta_bytes = 0;
+  std::size_t q = 0, k = 0, v = 0, in_bytes = 0;
+  std::size_t out = 0, lse = 0, out_bytes = 0;
+
+  static SlotLayout For(const ModelShape& shape, int capacity, int max_blocks) {
+    SlotLayout l;
+    l.capacity = capacity;
+    const std::size_t c = static_cast<std::size_t>(capacity);
+    std::size_t off = 0;
+    auto take = [&off](std::size_t bytes) {
+      const std::size_t at = off;
+      off = Align16(off + bytes);
+      return at;
+    };
+    l.kv_lengths = take(c * sizeof(std::int32_t));
+    l.layers = take(c * sizeof(std::int32_t));
+    l.block_tables = take(c * static_cast<std::size_t>(max_blocks) * sizeof(std::int32_t));
+    l.q_ptrs = take(c * sizeof(std::uint64_t));
+    l.k_ptrs = take(c * sizeof(std::uint64_t));
+    l.v_ptrs = take(c * sizeof(std::uint64_t));
+    l.out_ptrs = take(c * sizeof(std::uint64_t));
+    l.lse_ptrs = take(c * sizeof(std::uint64_t));
+    l.meta_bytes = off;
+    const std::size_t q_bytes = c * shape.num_q_heads * shape.head_dim * sizeof(Half);
+    const std::size_t kv_bytes = c * static_cast<std::size_t>(shape.kv_token_elems()) * sizeof(Half);
+    l.q = take(q_bytes);
+    l.k = take(kv_bytes);
+    l.v = take(kv_bytes);
+    l.in_bytes = off;
+    off = 0;
+    l.out = take(q_bytes);
+    l.lse = take(c * shape.num_q_heads * sizeof(float));
+    l.out_bytes = off;
+    return l;
+  }
+};
+
+// A decode path as the executor runs it: a decode variant, or (when wired) the GEMM path.
+struct DecodePath {
+  std::string name;
+  std::function<std::size_t(int capacity)> workspace_bytes;
+  std::function<Status(const kernels::DecodeBatchView&, const kernels::KvPoolView&,
+                       kernels::DecodeWorkspace, cudaStream_t)>
+      launch;
+};
+
+// Which optional nodes a piece needs.
+struct NodeEnables {
+  bool h2d_full = true;  // host-memory q/k/v present (else the metadata-only copy)
+  bool device_io = true;  // gather + scatter for device-memory requests
+  bool d2h = true;        // host-memory outputs present
+  friend bool operator==(const NodeEnables&, const NodeEnables&) = default;
+};
+
+struct CapturedGraph {
+  Graph graph;
+  GraphExec exec;
+  cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
+                  d2h = nullptr;
+  std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
+};
+
+struct Slot {
+  PinnedBuffer in, out;
+  DeviceBuffer dev_in, dev_out;
+  Event start, done;
+  bool busy = false;  // GUARDED_BY(Impl::mu_)
+};
+
+struct BatchState {
+  Batch batch;
+  BatchDoneFn done;
+  BatchPlan plan;
+  int pieces_left = 0;  // completion thread only (set before the first piece is queued)
+  bool failed = false;  // completion thread only
+};
+
+// One launch: a bucket-sized range of a batch's live requests.
+struct Piece {
+  std::shared_ptr<BatchState> batch;
+  int slot = -1;  // -1: nothing was launched (every request failed before the GPU)
+  int bucket_index = 0;
+  int first = 0, count = 0;  // range of batch->plan.live
+  Status launch_status;
+  bool event_recorded = false;
+  PieceTimings timings;
+};
+
+}  // namespace
+
+struct CudaExecutor::Impl {
+  CudaExecutorOptions options;
+  std::vector<SlotLayout> layouts;  // per bucket
+  std::vector<DecodePath> paths;
+  int active_path = 0;
+  int max_blocks = 0;
+
+  Stream stream;
+  std::vector<Slot> slots;
+  DeviceBuffer workspace;
+  std::unique_ptr<kvcache::KvCache> cache;
+  kernels::KvPoolView pools;
+  std::vector<CapturedGraph> graphs;  // [path][bucket][slot]
+  std::unique_ptr<BatchPlanner> planner;
+  CudaExecutorMemory memory;
+  std::atomic<int> inject_failures{0};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Piece> completions;  // GUARDED_BY(mu)
+  int pending_batches = 0;        // GUARDED_BY(mu)
+  int next_slot = 0;              // submitting thread only
+  bool stop = false;              // GUARDED_BY(mu)
+  ExecutorStats stats;            // GUARDED_BY(mu)
+  std::vector<PieceTimings> timings;  // GUARDED_BY(mu)
+  std::thread completion_thread;
+
+  ~Impl() {
+    if (completion_thread.joinable()) {
+      WaitAll();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      completion_thread.join();
+    }
+    if (stream.get() != nullptr) (void)cudaStreamSynchronize(stream.get());
+  }
+
+  int num_buckets() const { return static_cast<int>(options.buckets.size()); }
+  CapturedGraph& GraphFor(int path, int bucket, int slot) {
+    return graphs[(static_cast<std::size_t>(path) * num_buckets() + bucket) * slots.size() + slot];
+  }
+
+  Status Init();
+  kernels::DecodeBatchView ViewFor(int bucket, int slot) const;
+  BatchIoArgs IoArgsFor(int bucket, int slot) const;
+  Status EnqueueCompute(int path, int bucket, int slot);
+  Status EnqueueEager(int path, int bucket, int slot, const NodeEnables& e);
+  Status Capture(int path, int bucket, int slot, CapturedGraph* out);
+  Status SetEnables(CapturedGraph& g, const NodeEnables& e);
+  Status DrainStream();
+
+  Status Submit(Batch batch, BatchDoneFn done);
+  int AcquireSlot();
+  void Pack(Piece& piece, bool* any_host, bool* any_device);
+  void Launch(Piece& piece, const NodeEnables& e);
+  void CompletionLoop();
+  void WaitAll() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return pending_batches == 0; });
+  }
+};
+
+// ---- set-up ---------------------------------------------------------------------------------
+
+namespace {
+
+StatusOr<DecodePath> MakePath(const std::string& name, const ModelShape& shape) {
+  if (name == kGemmPathName) {
+    // Hook for the cuBLAS GEMM path (kernels/gemm_path.h, issue 5): wrap its launcher here as
+    // a DecodePath (workspace_bytes + launch); the graph cache keys on the path index already,
+    // and the cuBLAS handle needs cublasSetWorkspace on the shared workspace before capture.
+    return UnimplementedError("path \"gemm\": the cuBLAS GEMM path is not wired into the "
+                              "executor yet");
+  }
+  ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeVariant* variant, kernels::FindDecodeVariant(name));
+  ATTNRT_RETURN_IF_ERROR(variant->supports(shape));
+  DecodePath p;
+  p.name = std::string(variant->name);
+  p.workspace_bytes = [variant, shape](int capacity) {
+    return variant->workspace_bytes(shape, capacity);
+  };
+  p.launch = [variant, shape](const kernels::DecodeBatchView& batch,
+                              const kernels::KvPoolView& pools, kernels::DecodeWorkspace ws,
+                              cudaStream_t stream) {
+    return variant->launch(shape, batch, pools, ws, stream);
+  };
+  return p;
+}
+
+Status CheckDevicePointers(const BatchRequest& r, int index) {
+  const struct {
+    const char* name;
+    const void* ptr;
+  } fields[] = {{"q", r.q}, {"k", r.k}, {"v", r.v}, {"out", r.out}, {"lse", r.lse}};
+  for (const auto& f : fields) {
+    if (f.ptr == nullptr) continue;  // only lse may be null here (validated before)
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, f.ptr);
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    if (err != cudaSuccess ||
+        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+      std::ostringstream msg;
+      msg << "request " << index << ": memory is kDevice but " << f.name << " (" << f.ptr
+          << ") is not device memory";
+      return InvalidArgumentError(msg.str());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CudaExecutor::Impl::Init() {
+  const ModelShape& shape = options.shape;
+  max_blocks = shape.max_blocks_per_sequence();
+  for (int b : options.buckets) layouts.push_back(SlotLayout::For(shape, b, max_blocks));
+  const SlotLayout& largest = layouts.back();
+
+  if (options.paths.empty()) options.paths = {std::string(kernels::DefaultDecodeVariant().name)};
+  for (const std::string& name : options.paths) {
+    ATTNRT_ASSIGN_OR_RETURN(DecodePath p, MakePath(name, shape));
+    paths.push_back(std::move(p));
+  }
+
+  ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
+  slots.resize(options.num_slots);
+  for (Slot& s : slots) {
+    ATTNRT_ASSIGN_OR_RETURN(s.in, PinnedBuffer::Create(largest.in_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(s.out, PinnedBuffer::Create(largest.out_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(s.dev_in, DeviceBuffer::Create(largest.in_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(s.dev_out, DeviceBuffer::Create(largest.out_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(s.start, Event::Create(/*timing=*/true));
+    ATTNRT_ASSIGN_OR_RETURN(s.done, Event::Create(/*timing=*/options.record_timings));
+    // All padding until packed: a warm-up or stray replay touches nothing.
+    std::memset(s.in.data(), 0, s.in.bytes());
+    ATTNRT_CUDA_RETURN(cudaMemset(s.dev_in.data(), 0, s.dev_in.bytes()));
+    memory.slot_device_bytes += s.dev_in.bytes() + s.dev_out.bytes();
+    memory.pinned_bytes += s.in.bytes() + s.out.bytes();
+  }
+  // One workspace for every path and bucket: pieces run one after another on one stream.
+  std::size_t ws = 0;
+  for (const DecodePath& p : paths) {
+    for (int b : options.buckets) ws = std::max(ws, p.workspace_bytes(b));
+  }
+  ATTNRT_ASSIGN_OR_RETURN(workspace, DeviceBuffer::Create(ws));
+  memory.workspace_bytes = ws;
+
+  std::int32_t num_blocks = options.num_blocks;
+  if (num_blocks == 0) {
+    ATTNRT_ASSIGN_OR_RETURN(num_blocks,
+                            kvcache::BlocksForFreeDeviceMemory(shape, options.kv_memory_fraction));
+  }
+  ATTNRT_ASSIGN_OR_RETURN(cache,
+                          kvcache::KvCache::Create(shape, num_blocks, kvcache::PoolKind::kDevice));
+  memory.kv_cache_bytes = cache->kv_bytes();
+  pools.k = cache->k_data();
+  pools.v = cache->v_data();
+  pools.num_layers = shape.num_layers;
+  pools.num_blocks = cache->num_blocks();
+  pools.num_kv_heads = shape.num_kv_heads;
+  pools.block_size = shape.block_size;
+  pools.head_dim = shape.head_dim;
+  planner = std::make_unique<BatchPlanner>(
+      &cache->sequences(), /*allow_device_memory=*/true,
+      options.check_device_pointers ? &CheckDevicePointers : nullptr);
+
+  // Eager warm-up of every (path, bucket) on all-padding staging: module loading, lazy
+  // initialisation and first-launch costs stay out of capture and out of the first batch.
+  const NodeEnables all;
+  for (int p = 0; p < static_cast<int>(paths.size()); ++p) {
+    for (int b = num_buckets() - 1; b >= 0; --b) {
+      ATTNRT_RETURN_IF_ERROR(EnqueueEager(p, b, 0, all));
+    }
+  }
+  ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+
+  if (options.mode == LaunchMode::kGraph) {
+    graphs.resize(paths.size() * options.buckets.size() * slots.size());
+    for (int p = 0; p < static_cast<int>(paths.size()); ++p) {
+      for (int b = num_buckets() - 1; b >= 0; --b) {  // largest first
+        BucketGraphReport report;
+        report.bucket = options.buckets[b];
+        report.path = paths[p].name;
+        report.workspace_bytes = paths[p].workspace_bytes(report.bucket);
+        std::size_t free_before = 0, free_after = 0, total = 0;
+        ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_before, &total));
+        const Clock::time_point t0 = Clock::now();
+        for (int s = 0; s < static_cast<int>(slots.size()); ++s) {
+          ATTNRT_RETURN_IF_ERROR(Capture(p, b, s, &GraphFor(p, b, s)));
+        }
+        ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+        report.capture_ms = MicrosSince(t0) / 1000.0;
+        ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_after, &total));
+        report.graph_bytes = free_before > free_after ? free_before - free_after : 0;
+        memory.graph_bytes += report.graph_bytes;
+        memory.capture_ms += report.capture_ms;
+        memory.graphs.push_back(report);
+      }
+    }
+  }
+  memory.total_device_bytes = memory.kv_cache_bytes + memory.workspace_bytes +
+                              memory.slot_device_bytes + memory.graph_bytes;
+  completion_thread = std::thread([this] { CompletionLoop(); });
+  return Status::Ok();
+}
+
+kernels::DecodeBatchView CudaExecutor::Impl::ViewFor(int bucket, int slot) const {
+  const SlotLayout& l = layouts[bucket];
+  const Slot& s = slots[slot];
+  kernels::DecodeBatchView v;
+  v.capacity = l.capacity;
+  v.num_q_heads = options.shape.num_q_heads;
+  v.max_blocks_per_seq = max_blocks;
+  v.kv_lengths = s.dev_in.as<std::int32_t>(l.kv_lengths);
+  v.layers = s.dev_in.as<std::int32_t>(l.layers);
+  v.block_tables = s.dev_in.as<std::int32_t>(l.block_tables);
+  v.q = s.dev_in.as<Half>(l.q);
+  v.k_new = s.dev_in.as<Half>(l.k);
+  v.v_new = s.dev_in.as<Half>(l.v);
+  v.out = s.dev_out.as<Half>(l.out);
+  v.lse = s.dev_out.as<float>(l.lse);
+  v.scale = options.shape.scale();
+  return v;
+}
+
+BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int slot) const {
+  const SlotLayout& l = layouts[bucket];
+  const Slot& s = slots[slot];
+  BatchIoArgs a;
+  a.capacity = l.capacity;
+  a.q_elems = options.shape.num_q_heads * options.shape.head_dim;
+  a.kv_elems = static_cast<int>(options.shape.kv_token_elems());
+  a.num_q_heads = options.shape.num_q_heads;
+  a.kv_lengths = s.dev_in.as<std::int32_t>(l.kv_lengths);
+  a.q_ptrs = s.dev_in.as<std::uint64_t>(l.q_ptrs);
+  a.k_ptrs = s.dev_in.as<std::uint64_t>(l.k_ptrs);
+  a.v_ptrs = s.dev_in.as<std::uint64_t>(l.v_ptrs);
+  a.out_ptrs = s.dev_in.as<std::uint64_t>(l.out_ptrs);
+  a.lse_ptrs = s.dev_in.as<std::uint64_t>(l.lse_ptrs);
+  a.q = s.dev_in.as<Half>(l.q);
+  a.k = s.dev_in.as<Half>(l.k);
+  a.v = s.dev_in.as<Half>(l.v);
+  a.out = s.dev_out.as<Half>(l.out);
+  a.lse = s.dev_out.as<float>(l.lse);
+  return a;
+}
+
+Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int slot) {
+  const kernels::DecodeBatchView view = ViewFor(bucket, slot);
+  ATTNRT_RETURN_IF_ERROR(kernels::LaunchAppendKv(view, pools, stream.get()));
+  kernels::DecodeWorkspace ws{workspace.data(), workspace.bytes()};
+  return paths[path].launch(view, pools, ws, stream.get());
+}
+
+// The same work as one replay, launched op by op (eager mode and warm-up).
+Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int slot, const NodeEnables& e) {
+  const SlotLayout& l = layouts[bucket];
+  Slot& s = slots[slot];
+  cudaStream_t st = stream.get();
+  ATTNRT_CUDA_RETURN(cudaMemcpyAsync(s.dev_in.data(), s.in.data(),
+                                     e.h2d_full ? l.in_bytes : l.meta_bytes,
+                                     cudaMemcpyHostToDevice, st));
+  const BatchIoArgs io = IoArgsFor(bucket, slot);
+  if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchGather(io, st));
+  ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, slot));
+  if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchScatter(io, st));
+  if (e.d2h) {
+    ATTNRT_CUDA_RETURN(
+        cudaMemcpyAsync(s.out.data(), s.dev_out.data(), l.out_bytes, cudaMemcpyDeviceToHost, st));
+  }
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::Capture(int path, int bucket, int slot, CapturedGraph* g) {
+  const SlotLayout& l = layouts[bucket];
+  Slot& s = slots[slot];
+
+  // The kernels' own launches (append + decode path) are captured from the stream into a child
+  // graph; the executor's copies and gather/scatter are explicit nodes whose handles it keeps.
+  ATTNRT_CUDA_RETURN(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const Status enqueued = EnqueueCompute(path, bucket, slot);
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream.get(), &raw);
+  Graph compute = Graph::Adopt(raw);
+  ATTNRT_RETURN_IF_ERROR(enqueued);
+  ATTNRT_CUDA_RETURN(ended);
+
+  ATTNRT_ASSIGN_OR_RETURN(g->graph, Graph::Create());
+  cudaGraph_t graph = g->graph.get();
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_full, graph, nullptr, 0, s.dev_in.data(),
+                                              s.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_meta, graph, nullptr, 0, s.dev_in.data(),
+                                              s.in.data(), l.meta_bytes, cudaMemcpyHostToDevice));
+  const BatchIoArgs io = IoArgsFor(bucket, slot);
+  const cudaGraphNode_t copies[] = {g->h2d_full, g->h2d_meta};
+  ATTNRT_RETURN_IF_ERROR(AddGatherNode(graph, copies, 2, io, &g->gather));
+  cudaGraphNode_t compute_node = nullptr;
+  ATTNRT_CUDA_RETURN(
+      cudaGraphAddChildGraphNode(&compute_node, graph, &g->gather, 1, compute.get()));
+  ATTNRT_RETURN_IF_ERROR(AddScatterNode(graph, &compute_node, 1, io, &g->scatter));
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->d2h, graph, &g->scatter, 1, s.out.data(),
+                                              s.dev_out.data(), l.out_bytes,
+                                              cudaMemcpyDeviceToHost));
+  ATTNRT_ASSIGN_OR_RETURN(g->exec, GraphExec::Instantiate(g->graph));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(g->exec.get(), stream.get()));
+  g->enabled.reset();
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::SetEnables(CapturedGraph& g, const NodeEnables& e) {
+  if (g.enabled == e) return Status::Ok();
+  cudaGraphExec_t x = g.exec.get();
+  g.enabled.reset();  // unknown until every call below succeeded
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_full, e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_meta, !e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.gather, e.device_io));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.scatter, e.device_io));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.d2h, e.d2h));
+  g.enabled = e;
+  return Status::Ok();
+}
+
+// Orders host-side pool writes (prefill, copy-on-write through KvCache) after every queued
+// piece; the cache's synchronous copies run on the legacy stream, so the device is synced after.
+Status CudaExecutor::Impl::DrainStream() {
+  ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+  return Status::Ok();
+}
+
+// ---- the batch path ------------------------------------------------------------------------
+
+int CudaExecutor::Impl::AcquireSlot() {
+  std::unique_lock<std::mutex> lock(mu);
+  // Pieces complete in launch order, so the oldest slot is the next to free.
+  cv.wait(lock, [&] { return !slots[next_slot].busy; });
+  const int s = next_slot;
+  slots[s].busy = true;
+  next_slot = (next_slot + 1) % static_cast<int>(slots.size());
+  return s;
+}
+
+void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device) {
+  BatchState& b = *piece.batch;
+  const SlotLayout& l = layouts[piece.bucket_index];
+  const Slot& s = slots[piece.slot];
+  char* base = s.in.as<char>();
+  auto* kv_lengths = reinterpret_cast<std::int32_t*>(base + l.kv_lengths);
+  auto* layers = reinterpret_cast<std::int32_t*>(base + l.layers);
+  auto* tables = reinterpret_cast<std::int32_t*>(base + l.block_tables);
+  auto* q_ptrs = reinterpret_cast<std::uint64_t*>(base + l.q_ptrs);
+  auto* k_ptrs = reinterpret_cast<std::uint64_t*>(base + l.k_ptrs);
+  auto* v_ptrs = reinterpret_cast<std::uint64_t*>(base + l.v_ptrs);
+  auto* out_ptrs = reinterpret_cast<std::uint64_t*>(base + l.out_ptrs);
+  auto* lse_ptrs = reinterpret_cast<std::uint64_t*>(base + l.lse_ptrs);
+  const std::size_t q_bytes =
+      static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim * sizeof(Half);
+  const std::size_t kv_bytes = static_cast<std::size_t>(options.shape.kv_token_elems()) * sizeof(Half);
+  *any_host = *any_device = false;
+
+  for (int j = 0; j < piece.count; ++j) {
+    const PlannedRequest& p = b.plan.live[piece.first + j];
+    const BatchRequest& r = b.batch.requests[p.index];
+    Status row = planner->FillBlockRow(r.sequence_id, p.kv_length,
+                                       tables + static_cast<std::size_t>(j) * max_blocks);
+    if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
+      b.plan.statuses[p.index] = row;
+      kv_lengths[j] = 0;
+      continue;
+    }
+    kv_lengths[j] = p.kv_length;
+    layers[j] = r.layer;
+    if (r.memory == MemoryKind::kHost) {
+      q_ptrs[j] = 0;  // the gather kernel leaves this slot to the memcpy node
+      out_ptrs[j] = 0;
+      std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
+      std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
+      std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
+      *any_host = true;
+    } else {
+      q_ptrs[j] = reinterpret_cast<std::uint64_t>(r.q);
+      k_ptrs[j] = reinterpret_cast<std::uint64_t>(r.k);
+      v_ptrs[j] = reinterpret_cast<std::uint64_t>(r.v);
+      out_ptrs[j] = reinterpret_cast<std::uint64_t>(r.out);
+      lse_ptrs[j] = reinterpret_cast<std::uint64_t>(r.lse);
+      *any_device = true;
+    }
+  }
+  // Padding: every kernel skips a slot of length 0 before reading anything else of it.
+  std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
+}
+
+void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
+  Slot& s = slots[piece.slot];
+  cudaStream_t st = stream.get();
+  int inject = inject_failures.load();
+  while (inject > 0 && !inject_failures.compare_exchange_weak(inject, inject - 1)) {
+  }
+  if (inject > 0) {
+    piece.launch_status = LaunchInvalidForTesting(st);
+  } else {
+    Status status;
+    if (options.record_timings) status = CudaStatus(cudaEventRecord(s.start.get(), st),
+                                                    "cudaEventRecord(start)", __FILE__, __LINE__);
+    if (status.ok()) {
+      if (options.mode == LaunchMode::kGraph) {
+        CapturedGraph& g = GraphFor(active_path, piece.bucket_index, piece.slot);
+        status = SetEnables(g, e);
+        if (status.ok()) {
+          status = CudaStatus(cudaGraphLaunch(g.exec.get(), st), "cudaGraphLaunch", __FILE__,
+                              __LINE__);
+        }
+      } else {
+        status = EnqueueEager(active_path, piece.bucket_index, piece.slot, e);
+      }
+    }
+    piece.launch_status = status;
+  }
+  // Recorded even after a failed launch: whatever did get queued still uses the slot.
+  piece.event_recorded = cudaEventRecord(s.done.get(), st) == cudaSuccess;
+  if (!piece.event_recorded && piece.launch_status.ok()) {
+    piece.launch_status = InternalError("cudaEventRecord(done) failed after the launch");
+  }
+}
+
+Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size));
+  if (!done) return InvalidArgumentError("done is empty");
+  const Clock::time_point t_plan = Clock::now();
+  auto state = std::make_shared<BatchState>();
+  BatchPlan& plan = state->plan;
+  planner->Plan(batch, &plan);
+  if (!plan.copies.empty()) {
+    // Rare path (first write into a forked block): the copy must follow every queued piece
+    // and precede this batch's append.
+    Status s = DrainStream();
+    if (s.ok()) s = cache->ApplyCopies(plan.copies);
+    if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+    if (!s.ok()) {
+      for (const PlannedRequest& p : plan.live) plan.statuses[p.index] = s;
+      plan.live.clear();
+    }
+  }
+  const double plan_us = MicrosSince(t_plan);
+  state->batch = std::move(batch);
+  state->done = std::move(done);
+
+  const int n = static_cast<int>(plan.live.size());
+  const int largest = options.buckets.back();
+  const int num_pieces = std::max(1, (n + largest - 1) / largest);
+  state->pieces_left = num_pieces;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++pending_batches;
+  }
+  Status wait_status;
+  if (n > 0 && state->batch.ready_event != nullptr) {
+    wait_status = CudaStatus(
+        cudaStreamWaitEvent(stream.get(), static_cast<cudaEvent_t>(state->batch.ready_event), 0),
+        "cudaStreamWaitEvent(ready_event)", __FILE__, __LINE__);
+  }
+  for (int i = 0; i < num_pieces; ++i) {
+    Piece piece;
+    piece.batch = state;
+    piece.first = i * largest;
+    piece.count = std::min(largest, n - piece.first);
+    piece.timings.plan_us = i == 0 ? plan_us : 0.0;
+    piece.timings.requests = piece.count;
+    if (piece.count > 0 && wait_status.ok()) {
+      piece.bucket_index = static_cast<int>(
+          std::lower_bound(options.buckets.begin(), options.buckets.end(), piece.count) -
+          options.buckets.begin());
+      piece.timings.bucket = options.buckets[piece.bucket_index];
+      piece.slot = AcquireSlot();
+      const Clock::time_point t_pack = Clock::now();
+      NodeEnables e;
+      bool any_host = false, any_device = false;
+      Pack(piece, &any_host, &any_device);
+      e.h2d_full = any_host;
+      e.device_io = any_device;
+      e.d2h = any_host;
+      const Clock::time_point t_launch = Clock::now();
+      piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();
+      Launch(piece, e);
+      piece.timings.launch_us = MicrosSince(t_launch);
+    } else if (piece.count > 0) {
+      piece.launch_status = wait_status;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      completions.push_back(std::move(piece));
+    }
+    cv.notify_all();
+  }
+  return Status::Ok();
+}
+
+void CudaExecutor::Impl::CompletionLoop() {
+  const std::size_t q_row =
+      static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim;
+  const int h = options.shape.num_q_heads;
+  for (;;) {
+    Piece piece;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop || !completions.empty(); });
+      if (completions.empty()) return;
+      piece = std::move(completions.front());
+      completions.pop_front();
+    }
+    BatchState& b = *piece.batch;
+    Status status = piece.launch_status;
+    if (piece.slot >= 0) {
+      Slot& s = slots[piece.slot];
+      if (piece.event_recorded) {
+        const cudaError_t err = cudaEventSynchronize(s.done.get());
+        if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
+        if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
+          float ms = 0.0f;
+          if (cudaEventElapsedTime(&ms, s.start.get(), s.done.get()) == cudaSuccess) {
+            piece.timings.gpu_us = ms * 1000.0;
+          }
+        }
+      }
+      const SlotLayout& l = layouts[piece.bucket_index];
+      for (int j = 0; j < piece.count; ++j) {
+        const PlannedRequest& p = b.plan.live[piece.first + j];
+        Status& rs = b.plan.statuses[p.index];
+        if (!rs.ok()) continue;
+        if (!status.ok()) {
+          rs = status;
+          continue;
+        }
+        const BatchRequest& r = b.batch.requests[p.index];
+        if (r.memory != MemoryKind::kHost) continue;  // scattered on the device
+        std::memcpy(r.out, s.out.as<Half>(l.out) + j * q_row, q_row * sizeof(Half));
+        if (r.lse != nullptr) {
+          std::memcpy(r.lse, s.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
+                      h * sizeof(float));
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      s.busy = false;
+      if (options.record_timings) timings.push_back(piece.timings);
+    } else if (!status.ok()) {
+      for (int j = 0; j < piece.count; ++j) {
+        Status& rs = b.plan.statuses[b.plan.live[piece.first + j].index];
+        if (rs.ok()) rs = status;
+      }
+    }
+    cv.notify_all();  // a slot is free
+    if (!status.ok()) b.failed = true;
+    if (--b.pieces_left == 0) {
+      b.done(std::move(b.plan.statuses));
+      const bool failed = b.failed;
+      const auto requests = static_cast<std::int64_t>(b.batch.requests.size());
+      piece.batch.reset();
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.batches;
+      stats.requests += requests;
+      if (failed) ++stats.failed_batches;
+      --pending_batches;
+    }
+    cv.notify_all();
+  }
+}
+
+// ---- public face ---------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOptions& options) {
+  if (!CudaDeviceAvailable()) {
+    return UnavailableError("no CUDA device is available (cudaGetDeviceCount found none)");
+  }
+  ATTNRT_RETURN_IF_ERROR(options.shape.Validate());
+  ATTNRT_RETURN_IF_ERROR(ValidateBuckets(options.buckets));
+  if (options.num_slots < 2) {
+    return InvalidArgumentError("num_slots " + std::to_string(options.num_slots) +
+                                ", expected >= 2 (double-buffered staging)");
+  }
+  if (options.max_batch_size < 1) {
+    return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +
+                                ", expected >= 1");
+  }
+  if (options.num_blocks < 0) {
+    return InvalidArgumentError("num_blocks " + std::to_string(options.num_blocks) +
+                                ", expected >= 0");
+  }
+  if (options.num_blocks == 0 &&
+      !(options.kv_memory_fraction > 0.0 && options.kv_memory_fraction < 1.0)) {
+    return InvalidArgumentError("kv_memory_fraction " + std::to_string(options.kv_memory_fraction) +
+                                ", expected in (0, 1)");
+  }
+  auto impl = std::make_unique<CudaExecutor::Impl>();
+  impl->options = options;
+  ATTNRT_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
+}
+
+CudaExecutor::CudaExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaExecutor::~CudaExecutor() = default;
+
+const ModelShape& CudaExecutor::shape() const { return impl_->options.shape; }
+int CudaExecutor::max_batch_size() const { return impl_->options.max_batch_size; }
+std::vector<int> CudaExecutor::buckets() const { return impl_->options.buckets; }
+int CudaExecutor::max_in_flight() const { return static_cast<int>(impl_->slots.size()); }
+LaunchMode CudaExecutor::mode() const { return impl_->options.mode; }
+const CudaExecutorMemory& CudaExecutor::memory() const { return impl_->memory; }
+
+Status CudaExecutor::Submit(Batch batch, BatchDoneFn done) {
+  return impl_->Submit(std::move(batch), std::move(done));
+}
+void CudaExecutor::Wait() { impl_->WaitAll(); }
+
+Status CudaExecutor::CreateSequence(SequenceId id) { return impl_->cache->sequences().Create(id); }
+Status CudaExecutor::ForkSequence(SequenceId parent, SequenceId child) {
+  return impl_->cache->sequences().Fork(parent, child);
+}
+Status CudaExecutor::FreeSequence(SequenceId id) {
+  // Metadata only: a block freed here and reused by a later batch is written in stream order,
+  // after every queued piece that still reads it.
+  return impl_->cache->sequences().Free(id);
+}
+
+Status CudaExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
+                             const Half* v) {
+  ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
+  ATTNRT_RETURN_IF_ERROR(PrefillCache(*impl_->cache, id, layer, num_tokens, k, v));
+  ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());  // the cache's copies ran on the legacy stream
+  return Status::Ok();
+}
+
+StatusOr<int> CudaExecutor::SequenceLength(SequenceId id, int layer) const {
+  return impl_->cache->sequences().Length(id, layer);
+}
+
+Status CudaExecutor::ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) {
+  ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
+  return impl_->cache->ReadToken(id, layer, position, k, v);
+}
+
+ExecutorStats CudaExecutor::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+std::vector<std::string> CudaExecutor::paths() const {
+  std::vector<std::string> names;
+  for (const DecodePath& p : impl_->paths) names.push_back(p.name);
+  return names;
+}
+
+std::string_view CudaExecutor::active_path() const {
+  return impl_->paths[impl_->active_path].name;
+}
+
+Status CudaExecutor::SelectPath(std::string_view name) {
+  std::string known;
+  for (int i = 0; i < static_cast<int>(impl_->paths.size()); ++i) {
+    if (impl_->paths[i].name == name) {
+      impl_->active_path = i;
+      return Status::Ok();
+    }
+    known += (i ? ", " : "") + impl_->paths[i].name;
+  }
+  return NotFoundError("path \"" + std::string(name) + "\" was not captured; paths: " + known);
+}
+
+void CudaExecutor::InjectLaunchFailuresForTesting(int count) {
+  impl_->inject_failures.store(count);
+}
+
+std::vector<PieceTimings> CudaExecutor::TakeTimings() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return std::exchange(impl_->timings, {});
+}
+
+std::string CudaExecutorMemory::ToString() const {
+  std::ostringstream o;
+  auto mib = [](std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  o << "kv " << mib(kv_cache_bytes) << " MiB, workspace " << mib(workspace_bytes)
+    << " MiB, slot buffers " << mib(slot_device_bytes) << " MiB (pinned " << mib(pinned_bytes)
+    << " MiB), graphs " << mib(graph_bytes) << " MiB, total device " << mib(total_device_bytes)
+    << " MiB; capture " << capture_ms << " ms\n";
+  for (const BucketGraphReport& g : graphs) {
+    o << "  bucket " << g.bucket << " path " << g.path << ": graphs " << g.graph_bytes
+      << " B, workspace " << g.workspace_bytes << " B, capture " << g.capture_ms << " ms\n";
+  }
+  return o.str();
+}
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,127 @@
+// The CUDA executor: each formed batch becomes one cudaGraphLaunch per bucket-sized piece. One
+// graph per (bucket, path, in-flight slot), captured once at start-up (largest bucket first,
+// after an eager warm-up) and never again: everything that varies per batch lives in the slot's
+// fixed device buffers, filled by the graph's own memcpy node from the slot's pinned staging.
+// No CUDA header here (pimpl), so the scheduler and tests include it freely.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/config.h"
+#include "runtime/executor.h"
+
+namespace attnrt::runtime {
+
+enum class LaunchMode {
+  kGraph,  // one graph replay per piece (production)
+  kEager,  // the same kernels and copies launched one by one (comparison, debugging)
+};
+
+// The name of the cuBLAS GEMM path in CudaExecutorOptions::paths (beside decode variant names).
+inline constexpr std::string_view kGemmPathName = "gemm";
+
+struct CudaExecutorOptions {
+  ModelShape shape;
+  // KV blocks on the device; 0 sizes the cache to kv_memory_fraction of the free device memory
+  // left after the executor's own buffers and workspace.
+  std::int32_t num_blocks = 0;
+  double kv_memory_fraction = 0.5;
+  std::vector<int> buckets = DefaultBuckets();
+  int max_batch_size = 1024;  // larger than the largest bucket: split into pieces
+  int num_slots = 2;          // pieces in flight, each with its own staging and buffers (>= 2)
+  LaunchMode mode = LaunchMode::kGraph;
+  // Decode paths to capture: decode variant names (kernels/decode.h) or kGemmPathName; empty
+  // means the production default variant. The first is active until SelectPath().
+  std::vector<std::string> paths;
+  // Ask the driver that each kDevice request's pointers are device memory (a wrong pointer
+  // would otherwise fault the context).
+  bool check_device_pointers = true;
+  // Per-piece timings (host plan/pack/launch, GPU launch-to-completion) for benchmarks.
+  bool record_timings = false;
+};
+
+// Graph and workspace memory of one captured (bucket, path), over all slots.
+struct BucketGraphReport {
+  int bucket = 0;
+  std::string path;
+  std::size_t graph_bytes = 0;      // device memory the instantiated+uploaded graphs took (driver)
+  std::size_t workspace_bytes = 0;  // the path's workspace at this bucket (shared buffer)
+  double capture_ms = 0.0;          // build + capture + instantiate + upload, all slots
+};
+
+struct CudaExecutorMemory {
+  std::size_t kv_cache_bytes = 0;
+  std::size_t workspace_bytes = 0;     // one buffer, sized for the largest need of any path
+  std::size_t slot_device_bytes = 0;   // fixed input/output buffers of every slot
+  std::size_t pinned_bytes = 0;        // staging of every slot
+  std::size_t graph_bytes = 0;         // sum of BucketGraphReport::graph_bytes
+  std::size_t total_device_bytes = 0;  // kv + workspace + slot buffers + graphs
+  double capture_ms = 0.0;             // every graph
+  std::vector<BucketGraphReport> graphs;
+  std::string ToString() const;
+};
+
+// One piece's timings (record_timings).
+struct PieceTimings {
+  int bucket = 0;
+  int requests = 0;
+  double plan_us = 0.0;    // validation + AppendToken for the whole batch (first piece only)
+  double pack_us = 0.0;    // filling the pinned staging for this piece
+  double launch_us = 0.0;  // graph launch (or eager launches) + completion event record
+  double gpu_us = 0.0;     // event before the launch to the completion event
+};
+
+// Thread safety: as Executor. Batches run in submission order on one stream; a completion
+// thread waits on each piece's event, copies host-memory outputs out of the pinned staging and
+// calls done. Sequence management and SelectPath run on the submitting thread.
+class CudaExecutor : public Executor {
+ public:
+  ~CudaExecutor() override;
+
+  const ModelShape& shape() const override;
+  int max_batch_size() const override;
+  std::vector<int> buckets() const override;
+  int max_in_flight() const override;
+
+  Status Submit(Batch batch, BatchDoneFn done) override;
+  void Wait() override;
+
+  Status CreateSequence(SequenceId id) override;
+  Status ForkSequence(SequenceId parent, SequenceId child) override;
+  Status FreeSequence(SequenceId id) override;
+  Status Prefill(SequenceId id, int layer, int num_tokens, const Half* k, const Half* v) override;
+  StatusOr<int> SequenceLength(SequenceId id, int layer) const override;
+  ExecutorStats stats() const override;
+
+  LaunchMode mode() const;
+  const CudaExecutorMemory& memory() const;
+  std::vector<std::string> paths() const;
+  std::string_view active_path() const;
+  // Later batches run `name` (one of paths()); NotFound lists them.
+  Status SelectPath(std::string_view name);
+  // Reads token `position` of (id, layer) into host k/v ([Hkv][D]); drains running batches.
+  Status ReadToken(SequenceId id, int layer, int position, Half* k, Half* v);
+  // The next `count` pieces fail at launch with a real CUDA error (an invalid launch in place
+  // of the graph), as a failed launch would.
+  void InjectLaunchFailuresForTesting(int count);
+  // Timings recorded since the last call (record_timings).
+  std::vector<PieceTimings> TakeTimings();
+
+  struct Impl;
+
+ private:
+  friend StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOptions&);
+  explicit CudaExecutor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Unavailable where no CUDA device is present; InvalidArgument naming the option on bad
+// options; Unimplemented for a path this shape or build does not support.
+StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOptions& options);
+
+}  // namespace attnrt::runtime

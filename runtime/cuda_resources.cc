@@ -1,0 +1,82 @@
+// Factories and releases of the CUDA RAII owners (cuda_resources.h).
+#include "runtime/cuda_resources.h"
+
+#include "kernels/cuda_check.h"
+
+namespace attnrt::runtime {
+namespace detail {
+// Errors on release are ignored on purpose: see the header.
+void FreeDevice(void* p) { (void)cudaFree(p); }
+void FreePinned(void* p) { (void)cudaFreeHost(p); }
+void DestroyStream(cudaStream_t s) { (void)cudaStreamDestroy(s); }
+void DestroyEvent(cudaEvent_t e) { (void)cudaEventDestroy(e); }
+void DestroyGraph(cudaGraph_t g) { (void)cudaGraphDestroy(g); }
+void DestroyGraphExec(cudaGraphExec_t g) { (void)cudaGraphExecDestroy(g); }
+void DestroyCublas(cublasHandle_t h) { (void)cublasDestroy(h); }
+}  // namespace detail
+
+StatusOr<DeviceBuffer> DeviceBuffer::Create(std::size_t bytes) {
+  DeviceBuffer b;
+  if (bytes == 0) return b;
+  void* p = nullptr;
+  ATTNRT_CUDA_RETURN(cudaMalloc(&p, bytes));
+  b.ptr_ = UniqueCudaHandle<void*, detail::FreeDevice>(p);
+  b.bytes_ = bytes;
+  return b;
+}
+
+StatusOr<PinnedBuffer> PinnedBuffer::Create(std::size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return b;
+  void* p = nullptr;
+  ATTNRT_CUDA_RETURN(cudaMallocHost(&p, bytes));
+  b.ptr_ = UniqueCudaHandle<void*, detail::FreePinned>(p);
+  b.bytes_ = bytes;
+  return b;
+}
+
+StatusOr<Stream> Stream::Create() {
+  cudaStream_t s = nullptr;
+  ATTNRT_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Stream out;
+  out.stream_ = UniqueCudaHandle<cudaStream_t, detail::DestroyStream>(s);
+  return out;
+}
+
+StatusOr<Event> Event::Create(bool timing) {
+  cudaEvent_t e = nullptr;
+  ATTNRT_CUDA_RETURN(
+      cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  Event out;
+  out.event_ = UniqueCudaHandle<cudaEvent_t, detail::DestroyEvent>(e);
+  return out;
+}
+
+StatusOr<Graph> Graph::Create() {
+  cudaGraph_t g = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphCreate(&g, 0));
+  return Adopt(g);
+}
+
+StatusOr<GraphExec> GraphExec::Instantiate(const Graph& graph) {
+  cudaGraphExec_t e = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphInstantiate(&e, graph.get(), 0));
+  GraphExec out;
+  out.exec_ = UniqueCudaHandle<cudaGraphExec_t, detail::DestroyGraphExec>(e);
+  return out;
+}
+
+StatusOr<CublasHandle> CublasHandle::Create(cudaStream_t stream, void* workspace,
+                                            std::size_t workspace_bytes) {
+  cublasHandle_t h = nullptr;
+  ATTNRT_CUBLAS_RETURN(cublasCreate(&h));
+  CublasHandle out;
+  out.handle_ = UniqueCudaHandle<cublasHandle_t, detail::DestroyCublas>(h);
+  ATTNRT_CUBLAS_RETURN(cublasSetStream(h, stream));
+  if (workspace != nullptr && workspace_bytes > 0) {
+    ATTNRT_CUBLAS_RETURN(cublasSetWorkspace(h, workspace, workspace_bytes));
+  }
+  return out;
+}
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,248 @@
+// Test harness shared by the executor tests: a dense shadow of every (sequence, layer)'s K/V
+// history that computes the expected decode output independently of the paged layout (plain
+// dense attention in FP64), owned request buffers with poisoned outputs, and a synchronous
+// submit that records which thread ran the callback. Header-only, no CUDA.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "api/config.h"
+#include "api/half.h"
+#include "runtime/executor.h"
+#include "tests/support/random_fp16.h"
+
+namespace attnrt::runtime::testing {
+
+using attnrt::testing::FillNormal;
+using attnrt::testing::IsNaN;
+using attnrt::testing::NormalRng;
+using attnrt::testing::Poison;
+
+// Host buffers of one request; out/lse poisoned (NaN) until the executor writes them.
+struct OwnedRequest {
+  SequenceId id = 0;
+  int layer = 0;
+  std::vector<Half> q, k, v, out;
+  std::vector<float> lse;
+  // Expected (dense FP64 shadow), filled when the request is added to the shadow.
+  std::vector<double> expected_out, expected_lse;
+
+  BatchRequest Request() {
+    BatchRequest r;
+    r.sequence_id = id;
+    r.layer = layer;
+    r.q = q.data();
+    r.k = k.data();
+    r.v = v.data();
+    r.out = out.data();
+    r.lse = lse.data();
+    return r;
+  }
+};
+
+inline OwnedRequest MakeRequest(const ModelShape& shape, SequenceId id, int layer,
+                                NormalRng& rng) {
+  OwnedRequest r;
+  r.id = id;
+  r.layer = layer;
+  r.q.resize(static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim);
+  r.k.resize(static_cast<std::size_t>(shape.kv_token_elems()));
+  r.v.resize(r.k.size());
+  FillNormal(r.q, rng);
+  FillNormal(r.k, rng);
+  FillNormal(r.v, rng);
+  r.out.resize(r.q.size());
+  Poison(r.out);
+  r.lse.resize(shape.num_q_heads);
+  Poison(r.lse);
+  return r;
+}
+
+// The dense history of every (sequence, layer): what the paged cache should hold.
+class ShadowCache {
+ public:
+  explicit ShadowCache(const ModelShape& shape) : shape_(shape) {}
+
+  void Create(SequenceId id) {
+    for (int l = 0; l < shape_.num_layers; ++l) hist_[{id, l}] = {};
+  }
+  void Fork(SequenceId parent, SequenceId child) {
+    for (int l = 0; l < shape_.num_layers; ++l) hist_[{child, l}] = hist_[{parent, l}];
+  }
+  void Free(SequenceId id) {
+    for (int l = 0; l < shape_.num_layers; ++l) hist_.erase({id, l});
+  }
+  void Append(SequenceId id, int layer, const std::vector<Half>& k, const std::vector<Half>& v) {
+    History& h = hist_[{id, layer}];
+    h.k.insert(h.k.end(), k.begin(), k.end());
+    h.v.insert(h.v.end(), v.begin(), v.end());
+  }
+  int Length(SequenceId id, int layer) const {
+    return static_cast<int>(hist_.at({id, layer}).k.size() / shape_.kv_token_elems());
+  }
+
+  // Appends the request's token and computes its expected output (dense attention, FP64).
+  void Expect(OwnedRequest& r) {
+    Append(r.id, r.layer, r.k, r.v);
+    const History& hist = hist_.at({r.id, r.layer});
+    const int d = shape_.head_dim, h_q = shape_.num_q_heads, g = shape_.group_size();
+    const std::int64_t tok = shape_.kv_token_elems();
+    const int len = Length(r.id, r.layer);
+    r.expected_out.assign(static_cast<std::size_t>(h_q) * d, 0.0);
+    r.expected_lse.assign(h_q, 0.0);
+    std::vector<double> s(len);
+    for (int h = 0; h < h_q; ++h) {
+      const int kvh = h / g;
+      double m = -INFINITY;
+      for (int t = 0; t < len; ++t) {
+        double dot = 0;
+        for (int j = 0; j < d; ++j) {
+          dot += static_cast<double>(HalfToFloat(r.q[h * d + j])) *
+                 HalfToFloat(hist.k[t * tok + kvh * d + j]);
+        }
+        s[t] = dot * shape_.scale();
+        m = std::max(m, s[t]);
+      }
+      double sum = 0;
+      for (int t = 0; t < len; ++t) {
+        const double p = std::exp(s[t] - m);
+        sum += p;
+        for (int j = 0; j < d; ++j) {
+          r.expected_out[h * d + j] += p * HalfToFloat(hist.v[t * tok + kvh * d + j]);
+        }
+      }
+      for (int j = 0; j < d; ++j) r.expected_out[h * d + j] /= sum;
+      r.expected_lse[h] = m + std::log(sum);
+    }
+  }
+
+ private:
+  struct History {
+    std::vector<Half> k, v;  // [t][Hkv][D]
+  };
+  ModelShape shape_;
+  std::map<std::pair<SequenceId, int>, History> hist_;
+};
+
+// max |out - expected| <= 2e-3 and relative L2 <= 1e-3 (the kernel tolerance); LSE within 2e-3.
+inline ::testing::AssertionResult MatchesExpected(const OwnedRequest& r) {
+  double diff2 = 0, ref2 = 0, max_abs = 0;
+  for (std::size_t i = 0; i < r.out.size(); ++i) {
+    const double got = HalfToFloat(r.out[i]);
+    if (!std::isfinite(got)) {
+      return ::testing::AssertionFailure() << "out[" << i << "] is not finite (seq " << r.id
+                                           << " layer " << r.layer << ")";
+    }
+    const double d = got - r.expected_out[i];
+    max_abs = std::max(max_abs, std::abs(d));
+    diff2 += d * d;
+    ref2 += r.expected_out[i] * r.expected_out[i];
+  }
+  const double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
+  double lse_err = 0;
+  for (std::size_t i = 0; i < r.lse.size(); ++i) {
+    if (!std::isfinite(r.lse[i])) return ::testing::AssertionFailure() << "lse not finite";
+    lse_err = std::max(lse_err, std::abs(r.lse[i] - r.expected_lse[i]));
+  }
+  if (max_abs > 2e-3 || rel > 1e-3 || lse_err > 2e-3) {
+    return ::testing::AssertionFailure()
+           << "seq " << r.id << " layer " << r.layer << ": max abs " << max_abs << ", rel L2 "
+           << rel << ", lse err " << lse_err;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Submits and waits for the callback; records the callback count and thread.
+struct SyncResult {
+  Status submit;
+  std::vector<Status> statuses;
+  int calls = 0;
+  std::thread::id callback_thread;
+};
+
+inline SyncResult SubmitAndWait(Executor& ex, Batch batch) {
+  SyncResult res;
+  std::promise<void> fired;
+  res.submit = ex.Submit(std::move(batch), [&](std::vector<Status> st) {
+    res.statuses = std::move(st);
+    res.callback_thread = std::this_thread::get_id();
+    ++res.calls;
+    fired.set_value();
+  });
+  if (res.submit.ok()) fired.get_future().wait();
+  ex.Wait();
+  return res;
+}
+
+// Sequences with random prompts in an executor and its shadow; random batches over them.
+class RandomWorkload {
+ public:
+  RandomWorkload(Executor& ex, std::uint64_t seed)
+      : ex_(ex), shape_(ex.shape()), shadow_(shape_), rng_(seed) {}
+
+  // `count` new sequences, each layer prefilled with 1..max_prompt random tokens.
+  void AddSequences(int count, int max_prompt) {
+    for (int i = 0; i < count; ++i) {
+      const SequenceId id = next_id_++;
+      ASSERT_TRUE(ex_.CreateSequence(id).ok());
+      shadow_.Create(id);
+      for (int l = 0; l < shape_.num_layers; ++l) Prefill(id, l, rng_.NextInt(1, max_prompt));
+      ids_.push_back(id);
+    }
+  }
+  void Prefill(SequenceId id, int layer, int n) {
+    std::vector<Half> k(static_cast<std::size_t>(n) * shape_.kv_token_elems()), v(k.size());
+    FillNormal(k, rng_);
+    FillNormal(v, rng_);
+    const Status s = ex_.Prefill(id, layer, n, k.data(), v.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    shadow_.Append(id, layer, k, v);
+  }
+
+  // `size` requests on distinct random (sequence, layer) pairs, expected outputs computed.
+  std::vector<OwnedRequest> MakeBatch(int size) {
+    std::vector<std::pair<SequenceId, int>> keys;
+    for (SequenceId id : ids_) {
+      for (int l = 0; l < shape_.num_layers; ++l) keys.push_back({id, l});
+    }
+    for (int i = static_cast<int>(keys.size()) - 1; i > 0; --i) {
+      std::swap(keys[i], keys[rng_.NextInt(0, i)]);
+    }
+    size = std::min<int>(size, static_cast<int>(keys.size()));
+    std::vector<OwnedRequest> reqs;
+    for (int i = 0; i < size; ++i) {
+      reqs.push_back(MakeRequest(shape_, keys[i].first, keys[i].second, rng_));
+      shadow_.Expect(reqs.back());
+    }
+    return reqs;
+  }
+
+  static Batch ToBatch(std::vector<OwnedRequest>& reqs) {
+    Batch b;
+    for (OwnedRequest& r : reqs) b.requests.push_back(r.Request());
+    return b;
+  }
+
+  ShadowCache& shadow() { return shadow_; }
+  NormalRng& rng() { return rng_; }
+  const std::vector<SequenceId>& ids() const { return ids_; }
+
+ private:
+  Executor& ex_;
+  ModelShape shape_;
+  ShadowCache shadow_;
+  NormalRng rng_;
+  std::vector<SequenceId> ids_;
+  SequenceId next_id_ = 1;
+};
+
+}  // namespace attnrt::runtime::testing
