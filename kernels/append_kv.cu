@@ -1,0 +1,82 @@
+// Append-KV: copies each live slot's new K and V rows ([Hkv][D] each) into the page that holds
+// position kv_length - 1 of its layer. One CTA per slot, 16-byte copies; padded slots exit.
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/decode.h"
+
+namespace attnrt::kernels {
+namespace {
+
+constexpr int kAppendThreads = 128;
+
+__global__ void __launch_bounds__(kAppendThreads)
+    AppendKvKernel(const std::int32_t* __restrict__ kv_lengths,
+                   const std::int32_t* __restrict__ layers,
+                   const std::int32_t* __restrict__ block_tables, int max_blocks_per_seq,
+                   const uint4* __restrict__ k_new, const uint4* __restrict__ v_new, Half* k_pool,
+                   Half* v_pool, std::int64_t layer_stride, std::int64_t block_stride,
+                   int block_size, int head_dim, int num_kv_heads) {
+  const int slot = blockIdx.x;
+  const int len = kv_lengths[slot];
+  if (len <= 0) return;
+  const int pos = len - 1;
+  const std::int64_t block = block_tables[static_cast<std::int64_t>(slot) * max_blocks_per_seq +
+                                          pos / block_size];
+  const std::int64_t page = layers[slot] * layer_stride + block * block_stride +
+                            static_cast<std::int64_t>(pos % block_size) * head_dim;
+  const int vecs_per_row = head_dim / 8;  // 8 halves = 16 bytes
+  const int vecs = num_kv_heads * vecs_per_row;
+  const std::int64_t src0 = static_cast<std::int64_t>(slot) * vecs;
+  for (int i = threadIdx.x; i < vecs; i += kAppendThreads) {
+    const int h = i / vecs_per_row;
+    const int j = i % vecs_per_row;
+    const std::int64_t dst = page + static_cast<std::int64_t>(h) * block_size * head_dim + j * 8;
+    *reinterpret_cast<uint4*>(k_pool + dst) = k_new[src0 + i];
+    *reinterpret_cast<uint4*>(v_pool + dst) = v_new[src0 + i];
+  }
+}
+
+}  // namespace
+
+Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream) {
+  if (batch.capacity < 0 || batch.capacity > 65535) {
+    return InvalidArgumentError("batch.capacity = " + std::to_string(batch.capacity) +
+                                ", expected 0..65535");
+  }
+  if (pools.head_dim <= 0 || pools.head_dim % 8 != 0) {
+    return InvalidArgumentError("pools.head_dim = " + std::to_string(pools.head_dim) +
+                                ", expected a positive multiple of 8");
+  }
+  if (pools.block_size <= 0 || pools.num_kv_heads <= 0) {
+    return InvalidArgumentError("pools.block_size = " + std::to_string(pools.block_size) +
+                                ", pools.num_kv_heads = " + std::to_string(pools.num_kv_heads) +
+                                ", expected both > 0");
+  }
+  if (batch.capacity == 0) return Status::Ok();
+  struct Ptr {
+    const char* name;
+    const void* p;
+    bool vector;
+  };
+  for (const Ptr& ptr : {Ptr{"batch.kv_lengths", batch.kv_lengths, false},
+                         Ptr{"batch.layers", batch.layers, false},
+                         Ptr{"batch.block_tables", batch.block_tables, false},
+                         Ptr{"batch.k_new", batch.k_new, true}, Ptr{"batch.v_new", batch.v_new, true},
+                         Ptr{"pools.k", pools.k, true}, Ptr{"pools.v", pools.v, true}}) {
+    if (ptr.p == nullptr) return InvalidArgumentError(std::string(ptr.name) + " is null");
+    if (ptr.vector && reinterpret_cast<std::uintptr_t>(ptr.p) % 16 != 0) {
+      return InvalidArgumentError(std::string(ptr.name) + " is not 16-byte aligned");
+    }
+  }
+  AppendKvKernel<<<batch.capacity, kAppendThreads, 0, stream>>>(
+      batch.kv_lengths, batch.layers, batch.block_tables, batch.max_blocks_per_seq,
+      reinterpret_cast<const uint4*>(batch.k_new), reinterpret_cast<const uint4*>(batch.v_new),
+      pools.k, pools.v, pools.layer_stride(), pools.block_stride(), pools.block_size,
+      pools.head_dim, pools.num_kv_heads);
+  ATTNRT_CUDA_RETURN_LAUNCH();
+  return Status::Ok();
+}
+
+}  // namespace attnrt::kernels

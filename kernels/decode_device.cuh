@@ -1,0 +1,48 @@
+// Device helpers shared by the decode variants: 16-byte async copies, FP16x8 <-> FP32
+// conversion, and the scaled-score constants. Internal to kernels/ (CUDA translation units only).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace attnrt::kernels {
+
+// Scores are kept in log2 units (q pre-multiplied by scale * log2(e)) so the softmax uses exp2,
+// one MUFU instruction; the natural-log LSE is lse2 * ln(2).
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// Running-max start: finite, so exp2(kNoScore - m) is 0 and exp2(kNoScore - kNoScore) is 1
+// (with -inf the first rescale would be exp2(-inf + inf) = NaN).
+constexpr float kNoScore = -1.0e30f;
+
+// 16 bytes global -> shared, bypassing L1 (each K/V byte is read once); zero-fills when !valid
+// (src must still be a mapped address; it is not read).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// 8 FP16 values (one 16-byte vector) to FP32.
+__device__ __forceinline__ void Half8ToFloat(const uint4& v, float (&out)[8]) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ int Log2Pow2(int x) { return __ffs(x) - 1; }
+
+}  // namespace attnrt::kernels

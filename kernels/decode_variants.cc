@@ -1,0 +1,112 @@
+// The variant table (simplest first, production default last) and the launch-time checks every
+// CUDA variant shares.
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/decode.h"
+#include "kernels/decode_internal.h"
+
+namespace attnrt::kernels {
+namespace {
+
+constexpr std::array<DecodeVariant, 2> kVariants = {{
+    {"simple", SimpleSupports, SimpleWorkspaceBytes, SimpleLaunch},
+    {"split_kv", SplitKvSupports, SplitKvWorkspaceBytes, SplitKvLaunch},
+}};
+
+bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+std::span<const DecodeVariant> DecodeVariants() { return kVariants; }
+
+StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name) {
+  std::string names;
+  for (const DecodeVariant& v : kVariants) {
+    if (v.name == name) return &v;
+    names += (names.empty() ? "" : ", ") + std::string(v.name);
+  }
+  return NotFoundError("decode variant '" + std::string(name) + "' not found; variants: " + names);
+}
+
+const DecodeVariant& DefaultDecodeVariant() { return kVariants.back(); }
+
+Status CheckKernelShape(const ModelShape& shape, std::string_view variant) {
+  const int g = shape.num_kv_heads > 0 ? shape.num_q_heads / shape.num_kv_heads : 0;
+  const bool d_ok = shape.head_dim == 64 || shape.head_dim == 128 || shape.head_dim == 256;
+  const bool bs_ok = shape.block_size == 8 || shape.block_size == 16 || shape.block_size == 32 ||
+                     shape.block_size == 64;
+  const bool g_ok = shape.num_kv_heads > 0 && shape.num_q_heads % shape.num_kv_heads == 0 &&
+                    (g == 1 || g == 2 || g == 4 || g == 8);
+  if (!d_ok || !bs_ok || !g_ok) {
+    return UnimplementedError("decode variant '" + std::string(variant) +
+                              "' does not run head_dim = " + std::to_string(shape.head_dim) +
+                              ", block_size = " + std::to_string(shape.block_size) +
+                              ", group size (num_q_heads / num_kv_heads) = " +
+                              std::to_string(shape.num_q_heads) + "/" +
+                              std::to_string(shape.num_kv_heads) +
+                              " (supported: head_dim 64, 128, 256; block_size 8, 16, 32, 64; "
+                              "group size 1, 2, 4, 8)");
+  }
+  return shape.Validate();
+}
+
+Status CheckLaunchViews(const ModelShape& shape, const DecodeBatchView& batch,
+                        const KvPoolView& pools) {
+  auto mismatch = [](const char* field, long long got, const char* what, long long want) {
+    return InvalidArgumentError(std::string(field) + " = " + std::to_string(got) +
+                                ", expected " + what + " = " + std::to_string(want));
+  };
+  if (pools.head_dim != shape.head_dim) {
+    return mismatch("pools.head_dim", pools.head_dim, "shape.head_dim", shape.head_dim);
+  }
+  if (pools.block_size != shape.block_size) {
+    return mismatch("pools.block_size", pools.block_size, "shape.block_size", shape.block_size);
+  }
+  if (pools.num_kv_heads != shape.num_kv_heads) {
+    return mismatch("pools.num_kv_heads", pools.num_kv_heads, "shape.num_kv_heads",
+                    shape.num_kv_heads);
+  }
+  if (pools.num_layers != shape.num_layers) {
+    return mismatch("pools.num_layers", pools.num_layers, "shape.num_layers", shape.num_layers);
+  }
+  if (batch.num_q_heads != shape.num_q_heads) {
+    return mismatch("batch.num_q_heads", batch.num_q_heads, "shape.num_q_heads",
+                    shape.num_q_heads);
+  }
+  if (batch.capacity < 0 || batch.capacity > 65535) {
+    return InvalidArgumentError("batch.capacity = " + std::to_string(batch.capacity) +
+                                ", expected 0..65535");
+  }
+  if (batch.max_blocks_per_seq < shape.max_blocks_per_sequence()) {
+    return mismatch("batch.max_blocks_per_seq", batch.max_blocks_per_seq,
+                    "shape.max_blocks_per_sequence()", shape.max_blocks_per_sequence());
+  }
+  if (pools.num_blocks < 1) return mismatch("pools.num_blocks", pools.num_blocks, "at least", 1);
+  if (!(batch.scale > 0.0f) || !std::isfinite(batch.scale)) {
+    return InvalidArgumentError("batch.scale = " + std::to_string(batch.scale) +
+                                ", expected a finite value > 0");
+  }
+  struct Ptr {
+    const char* name;
+    const void* p;
+  };
+  const Ptr ptrs[] = {{"pools.k", pools.k},         {"pools.v", pools.v},
+                      {"batch.kv_lengths", batch.kv_lengths},
+                      {"batch.layers", batch.layers}, {"batch.block_tables", batch.block_tables},
+                      {"batch.q", batch.q},           {"batch.out", batch.out}};
+  for (const Ptr& ptr : ptrs) {
+    if (ptr.p == nullptr) return InvalidArgumentError(std::string(ptr.name) + " is null");
+  }
+  for (const Ptr& ptr : {ptrs[0], ptrs[1], ptrs[5], ptrs[6]}) {
+    if (!Aligned16(ptr.p)) {
+      return InvalidArgumentError(std::string(ptr.name) +
+                                  " is not 16-byte aligned (16-byte vector access)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnrt::kernels

@@ -1,0 +1,123 @@
+// Device mirror of a host PagedBatch (tests/support/paged_batch.h) for GPU tests and benchmarks:
+// RAII device arrays, upload of every input, download of out/lse/pools. CUDA translation units
+// only. Errors come back as Status (callers ASSERT on them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/views.h"
+#include "tests/support/paged_batch.h"
+
+namespace attnrt::testing {
+
+// Move-only cudaMalloc'd array of T.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(o.size_) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  Status Allocate(std::size_t n) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    size_ = n;
+    if (n == 0) return Status::Ok();
+    ATTNRT_CUDA_RETURN(cudaMalloc(&data_, n * sizeof(T)));
+    return Status::Ok();
+  }
+  Status Upload(std::span<const T> host) {
+    if (host.size() != size_) ATTNRT_RETURN_IF_ERROR(Allocate(host.size()));
+    if (!host.empty()) {
+      ATTNRT_CUDA_RETURN(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    return Status::Ok();
+  }
+  Status Download(std::span<T> host) const {
+    if (host.size() != size_) return InternalError("DeviceArray::Download size mismatch");
+    if (!host.empty()) {
+      ATTNRT_CUDA_RETURN(cudaMemcpy(host.data(), data_, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    }
+    return Status::Ok();
+  }
+  T* get() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// The device copy of one PagedBatch; view()/pools() point at device memory.
+struct DevicePagedBatch {
+  ModelShape shape;
+  int capacity = 0, num_blocks = 0, max_blocks_per_seq = 0;
+  float scale = 1.0f;
+  DeviceArray<Half> k_pool, v_pool, q, k_new, v_new, out;
+  DeviceArray<std::int32_t> kv_lengths, layers, block_tables;
+  DeviceArray<float> lse;
+
+  // Uploads every array of `h` (reallocating only where sizes changed, so pointers captured in a
+  // graph stay valid when a same-sized batch is uploaded again).
+  Status Upload(const PagedBatch& h) {
+    shape = h.shape;
+    capacity = h.capacity;
+    num_blocks = h.num_blocks;
+    max_blocks_per_seq = h.max_blocks_per_seq;
+    scale = h.shape.scale();
+    ATTNRT_RETURN_IF_ERROR(k_pool.Upload(h.k_pool));
+    ATTNRT_RETURN_IF_ERROR(v_pool.Upload(h.v_pool));
+    ATTNRT_RETURN_IF_ERROR(q.Upload(h.q));
+    ATTNRT_RETURN_IF_ERROR(k_new.Upload(h.k_new));
+    ATTNRT_RETURN_IF_ERROR(v_new.Upload(h.v_new));
+    ATTNRT_RETURN_IF_ERROR(out.Upload(h.out));
+    ATTNRT_RETURN_IF_ERROR(kv_lengths.Upload(h.kv_lengths));
+    ATTNRT_RETURN_IF_ERROR(layers.Upload(h.layers));
+    ATTNRT_RETURN_IF_ERROR(block_tables.Upload(h.block_tables));
+    ATTNRT_RETURN_IF_ERROR(lse.Upload(h.lse));
+    return Status::Ok();
+  }
+  kernels::KvPoolView pools() const {
+    kernels::KvPoolView p;
+    p.k = k_pool.get();
+    p.v = v_pool.get();
+    p.num_layers = shape.num_layers;
+    p.num_blocks = num_blocks;
+    p.num_kv_heads = shape.num_kv_heads;
+    p.block_size = shape.block_size;
+    p.head_dim = shape.head_dim;
+    return p;
+  }
+  kernels::DecodeBatchView view() const {
+    kernels::DecodeBatchView b;
+    b.capacity = capacity;
+    b.num_q_heads = shape.num_q_heads;
+    b.max_blocks_per_seq = max_blocks_per_seq;
+    b.kv_lengths = kv_lengths.get();
+    b.layers = layers.get();
+    b.block_tables = block_tables.get();
+    b.q = q.get();
+    b.k_new = k_new.get();
+    b.v_new = v_new.get();
+    b.out = out.get();
+    b.lse = lse.get();
+    b.scale = scale;
+    return b;
+  }
+};
+
+}  // namespace attnrt::testing
