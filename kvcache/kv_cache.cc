@@ -34,9 +34,15 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelShape& shape,
   if (num_blocks < 1) {
     return InvalidArgumentError("num_blocks = " + std::to_string(num_blocks) + ", expected >= 1");
   }
-  // One pool (K or V) is num_blocks * BlockBytes / 2; BlockBytes is at most a few MiB, so the
-  // product fits 64 bits for any int32 block count.
-  const std::size_t bytes_each = static_cast<std::size_t>(num_blocks) * (BlockBytes(shape) / 2);
+  // One pool (K or V) is num_blocks * BlockBytes / 2 bytes; element offsets into it are int64.
+  const std::size_t block_bytes_each = BlockBytes(shape) / 2;
+  constexpr std::size_t kMaxPoolBytes = std::size_t{1} << 62;
+  if (block_bytes_each > kMaxPoolBytes / static_cast<std::size_t>(num_blocks)) {
+    return InvalidArgumentError("num_blocks = " + std::to_string(num_blocks) + " blocks of " +
+                                std::to_string(block_bytes_each) +
+                                " B per pool exceed the 2^62-byte pool limit");
+  }
+  const std::size_t bytes_each = static_cast<std::size_t>(num_blocks) * block_bytes_each;
   std::unique_ptr<PoolMemory> pools;
   if (kind == PoolKind::kHost) {
     ATTNRT_ASSIGN_OR_RETURN(pools, MakeHostPoolMemory(bytes_each));

@@ -63,6 +63,15 @@ TEST(KvCacheTest, CreateRejectsBadShapesAndBlockCounts) {
   auto a = KvCache::Create(bad, 8, PoolKind::kHost);
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("head_dim = 96"), std::string::npos);
+  ModelShape huge = TestShape();
+  huge.num_layers = 1 << 20;
+  huge.num_kv_heads = 1 << 10;
+  huge.num_q_heads = 1 << 10;
+  // 2^41 bytes per block and pool: 2^30 blocks overflow the 2^62-byte pool limit. (No case
+  // asks malloc for an impossible size: sanitizer builds abort on that instead of returning null.)
+  auto h = KvCache::Create(huge, 1 << 30, PoolKind::kHost);
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("pool limit"), std::string::npos) << h.status().message();
   for (int n : {0, -3}) {
     auto b = KvCache::Create(TestShape(), n, PoolKind::kHost);
     EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
