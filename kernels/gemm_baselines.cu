@@ -17,7 +17,7 @@ using gemm_detail::GemmPathBuffers;
 Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
                         const DecodeBatchView& batch, const KvPoolView& pools,
                         std::span<const std::int32_t> host_kv_lengths, DecodeWorkspace workspace,
-                        cublasHandle_t cublas, cudaStream_t stream) {
+                        cublasHandle_t cublas, cudaStream_t stream, GemmIterationGrain grain) {
   ATTNRT_RETURN_IF_ERROR(gemm_detail::ValidateRun(plan, shape, batch, pools, workspace, cublas));
   ATTNRT_RETURN_IF_ERROR(CheckGemmPathLengths(plan, host_kv_lengths));
   const GemmPathBuffers buf = Buffers(plan, workspace);
@@ -27,6 +27,8 @@ Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
   const int h = shape.num_q_heads;
   const int g = shape.group_size();
   const int d = shape.head_dim;
+  // One GEMM pair covers `rows` query heads sharing one kv head.
+  const int rows = grain == GemmIterationGrain::kKvHead ? g : 1;
   const std::int64_t t_pad = plan.t_pad;
   const float alpha = batch.scale;
   const float zero = 0.0f;
@@ -35,17 +37,17 @@ Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
   for (int slot = 0; slot < plan.capacity; ++slot) {
     const int len = host_kv_lengths[slot];
     if (len == 0) continue;
-    for (int kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
-      const std::int64_t bh = static_cast<std::int64_t>(slot) * shape.num_kv_heads + kv_head;
-      const std::int64_t row = static_cast<std::int64_t>(slot) * h + kv_head * g;
-      ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, len, g, d, &alpha,
+    for (int head = 0; head < h; head += rows) {
+      const std::int64_t bh = static_cast<std::int64_t>(slot) * shape.num_kv_heads + head / g;
+      const std::int64_t row = static_cast<std::int64_t>(slot) * h + head;
+      ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, len, rows, d, &alpha,
                                         buf.k + bh * t_pad * d, CUDA_R_16F, d, q + row * d,
                                         CUDA_R_16F, d, &zero, buf.scores + row * t_pad,
                                         CUDA_R_32F, plan.t_pad, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
       ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, batch, pools, buf,
-                                                        static_cast<int>(row), g, stream));
-      ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, g, len, &one,
+                                                        static_cast<int>(row), rows, stream));
+      ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, rows, len, &one,
                                         buf.v + bh * t_pad * d, CUDA_R_16F, d,
                                         buf.probs + row * t_pad, CUDA_R_16F, plan.t_pad, &zero,
                                         buf.acc + row * d, CUDA_R_32F, d, CUBLAS_COMPUTE_32F,

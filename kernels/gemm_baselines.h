@@ -1,9 +1,11 @@
 // Baselines of the GEMM path, for benchmarks and the studies only (never production): the same
 // plan, workspace, gather, softmax and finalize kernels and the same numerics (FP16 operands,
 // FP32 compute, FP16 weights), with the two GEMMs issued differently:
-//   iterative      a host loop over (slot, kv head): cublasGemmEx QK^T over the slot's exact
-//                  length, one softmax launch over its G rows, cublasGemmEx PV. 3 launches per
-//                  (slot, kv head) plus gather and finalize; needs the lengths on the host.
+//   iterative      a host loop over (slot, head): cublasGemmEx QK^T over the slot's exact
+//                  length, one softmax launch over the head's rows, cublasGemmEx PV. 3 launches
+//                  per (slot, head) plus gather and finalize; needs the lengths on the host.
+//                  "head" is a query head (the literal per-head loop: a GEMV each, K re-read by
+//                  the G heads of a group) or a kv head (G query heads per GEMM, as the path).
 //   pointer-array  cublasGemmBatchedEx over the same [capacity*Hkv] problems as the strided path,
 //                  addressed through device arrays of pointers built once (PrepareGemmPointerArrays).
 //   big GEMM       an upper bound, not attention: each GEMM issued as ONE cublasGemmEx over the
@@ -27,11 +29,14 @@
 
 namespace attnrt::kernels {
 
+enum class GemmIterationGrain { kQueryHead, kKvHead };
+
 // `host_kv_lengths` must equal the device batch.kv_lengths (size plan.capacity, each <= Tpad).
 Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
                         const DecodeBatchView& batch, const KvPoolView& pools,
                         std::span<const std::int32_t> host_kv_lengths, DecodeWorkspace workspace,
-                        cublasHandle_t cublas, cudaStream_t stream);
+                        cublasHandle_t cublas, cudaStream_t stream,
+                        GemmIterationGrain grain = GemmIterationGrain::kQueryHead);
 
 // Device bytes for the six pointer arrays of the pointer-array baseline.
 std::size_t GemmPointerArrayBytes(const GemmPathPlan& plan);

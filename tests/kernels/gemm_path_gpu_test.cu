@@ -314,13 +314,15 @@ TEST_F(GemmPathGpuTest, IterativeAndPointerArrayBaselinesMatchReference) {
   ASSERT_TRUE(plan.ok());
   DeviceBytes ws(plan->workspace_bytes);
   ASSERT_TRUE(PrepareGemmPathWorkspace(*plan, ws.workspace(), stream_).ok());
-  {
+  for (GemmIterationGrain grain : {GemmIterationGrain::kQueryHead, GemmIterationGrain::kKvHead}) {
     DeviceBatch dev(host);
     const Status st = RunGemmIterative(*plan, shape, dev.batch_view, dev.pools_view,
-                                       host.kv_lengths, ws.workspace(), cublas_, stream_);
+                                       host.kv_lengths, ws.workspace(), cublas_, stream_, grain);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    ExpectMatchesReference(host, dev, "iterative");
+    ExpectMatchesReference(host, dev, grain == GemmIterationGrain::kQueryHead
+                                          ? "iterative per query head"
+                                          : "iterative per kv head");
   }
   {
     DeviceBatch dev(host);

@@ -1,0 +1,299 @@
+// The GEMM decode path against its baselines and the fused kernel (targets: strided path >= 50x
+// the iterative loop in wall clock at B=8 H=32 T=4096; within 1.3x of the fused kernel at B=32
+// H=32 T=4096), and study 3: roofline and stage breakdown of the GEMM path.
+//   path/<kv>/B:b/T:t/<method>   methods: strided (eager), strided_graph (graph replay),
+//                                iterative (per query head), iterative_kv (per kv head),
+//                                pointer_batched, big_gemm, fused, fused_graph
+//   stages/B:b/T:t/<stage>       each GEMM-path stage alone, plus total and fused
+//   copy_bandwidth               device-to-device copy (read + write bytes / s): the ceiling
+// Every slot attends its full length T (Tpad = T); Llama-3.1-8B heads (H 32, Hkv 8, D 128,
+// block 16) unless the name says mha (Hkv 32).
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/kernels_gemm_bench_util.h"
+#include "kernels/decode.h"
+#include "kernels/gemm_baselines.h"
+#include "kernels/gemm_path.h"
+
+namespace attnrt::bench {
+namespace {
+
+using kernels::DecodeWorkspace;
+using kernels::GemmPathPlan;
+
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  double copy_bw = 0.0;
+};
+Context& Ctx() {
+  static Context c = [] {
+    Context x;
+    Check(cudaStreamCreateWithFlags(&x.stream, cudaStreamNonBlocking), "stream");
+    Check(cublasCreate(&x.cublas), "cublasCreate");
+    x.copy_bw = MeasureCopyBandwidth(x.stream);
+    return x;
+  }();
+  return c;
+}
+
+ModelShape Shape(int kv_heads, int t) {
+  ModelShape s;
+  s.num_q_heads = 32;
+  s.num_kv_heads = kv_heads;
+  s.head_dim = 128;
+  s.block_size = 16;
+  s.max_context = t;
+  return s;
+}
+
+// One workspace per benchmark; freed at scope exit.
+struct DeviceAlloc {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceAlloc(std::size_t n) : bytes(n) {
+    if (n) Check(cudaMalloc(&p, n), "malloc workspace");
+  }
+  ~DeviceAlloc() { cudaFree(p); }
+  DecodeWorkspace ws() const { return {p, bytes}; }
+};
+
+// Captures `enqueue` on the stream into an executable graph.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph(cudaStream_t stream, const std::function<void()>& enqueue) {
+    Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    enqueue();
+    Check(cudaStreamEndCapture(stream, &graph), "end capture");
+    Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  }
+  ~Graph() {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+};
+
+enum class PathMethod {
+  kStrided, kStridedGraph, kIterative, kIterativeKv, kPointerBatched, kBigGemm, kFused,
+  kFusedGraph
+};
+const char* PathMethodName(PathMethod m) {
+  switch (m) {
+    case PathMethod::kStrided: return "strided";
+    case PathMethod::kStridedGraph: return "strided_graph";
+    case PathMethod::kIterative: return "iterative";
+    case PathMethod::kIterativeKv: return "iterative_kv";
+    case PathMethod::kPointerBatched: return "pointer_batched";
+    case PathMethod::kBigGemm: return "big_gemm";
+    case PathMethod::kFused: return "fused";
+    case PathMethod::kFusedGraph: return "fused_graph";
+  }
+  return "?";
+}
+
+void RunPath(benchmark::State& state, int kv_heads, int b, int t, PathMethod method) {
+  Context& ctx = Ctx();
+  const ModelShape shape = Shape(kv_heads, t);
+  DeviceDecodeBatch data(shape, std::vector<int>(b, t), ctx.stream);
+  std::function<void()> enqueue;
+  std::unique_ptr<DeviceAlloc> ws, arrays;
+  GemmPathPlan plan;
+  if (method == PathMethod::kFused || method == PathMethod::kFusedGraph) {
+    const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
+    CheckOk(v.supports(shape), "fused supports");
+    ws = std::make_unique<DeviceAlloc>(v.workspace_bytes(shape, b));
+    enqueue = [&, launch = v.launch] {
+      CheckOk(launch(shape, data.batch, data.pools, ws->ws(), ctx.stream), "fused launch");
+    };
+  } else {
+    auto p = kernels::PlanGemmPath(shape, b, t);
+    CheckOk(p, "PlanGemmPath");
+    plan = *p;
+    ws = std::make_unique<DeviceAlloc>(plan.workspace_bytes);
+    CheckOk(kernels::PrepareGemmPathWorkspace(plan, ws->ws(), ctx.stream), "prepare");
+    switch (method) {
+      case PathMethod::kStrided:
+      case PathMethod::kStridedGraph:
+        enqueue = [&] {
+          CheckOk(kernels::RunGemmPath(plan, shape, data.batch, data.pools, ws->ws(), ctx.cublas,
+                                       ctx.stream),
+                  "RunGemmPath");
+        };
+        break;
+      case PathMethod::kIterative:
+      case PathMethod::kIterativeKv: {
+        const auto grain = method == PathMethod::kIterative
+                               ? kernels::GemmIterationGrain::kQueryHead
+                               : kernels::GemmIterationGrain::kKvHead;
+        enqueue = [&, grain] {
+          CheckOk(kernels::RunGemmIterative(plan, shape, data.batch, data.pools, data.kv_lengths,
+                                            ws->ws(), ctx.cublas, ctx.stream, grain),
+                  "RunGemmIterative");
+        };
+        break;
+      }
+      case PathMethod::kPointerBatched:
+        arrays = std::make_unique<DeviceAlloc>(kernels::GemmPointerArrayBytes(plan));
+        CheckOk(kernels::PrepareGemmPointerArrays(plan, data.batch, ws->ws(), arrays->ws()),
+                "PrepareGemmPointerArrays");
+        enqueue = [&] {
+          CheckOk(kernels::RunGemmPointerBatched(plan, shape, data.batch, data.pools, ws->ws(),
+                                                 arrays->ws(), ctx.cublas, ctx.stream),
+                  "RunGemmPointerBatched");
+        };
+        break;
+      case PathMethod::kBigGemm:
+        enqueue = [&] {
+          CheckOk(kernels::RunGemmBigGemm(plan, shape, data.batch, data.pools, ws->ws(),
+                                          ctx.cublas, ctx.stream),
+                  "RunGemmBigGemm");
+        };
+        break;
+      default:
+        break;
+    }
+  }
+  std::unique_ptr<Graph> graph;
+  if (method == PathMethod::kStridedGraph || method == PathMethod::kFusedGraph) {
+    enqueue();  // warm-up outside capture (cuBLAS kernel selection, module load)
+    Check(cudaStreamSynchronize(ctx.stream), "sync");
+    graph = std::make_unique<Graph>(ctx.stream, enqueue);
+    enqueue = [&] { Check(cudaGraphLaunch(graph->exec, ctx.stream), "graph launch"); };
+  }
+  GpuTimer timer(ctx.stream);
+  MeasureInto(state, timer, enqueue);
+  const double kv = data.kv_bytes();
+  state.counters["B"] = b;
+  state.counters["T"] = t;
+  state.counters["Hkv"] = kv_heads;
+  state.counters["kv_bytes"] = kv;
+  state.counters["kv_bw_frac"] = kv / (state.counters["gpu_us"].value * 1e-6) / ctx.copy_bw;
+}
+
+// ---- study 3: stages ----------------------------------------------------------------------
+void RunStages(benchmark::State& state, int b, int t, const std::string& which) {
+  Context& ctx = Ctx();
+  const ModelShape shape = Shape(8, t);
+  DeviceDecodeBatch data(shape, std::vector<int>(b, t), ctx.stream);
+  const int h = shape.num_q_heads;
+  const double d = shape.head_dim;
+  const double rows = static_cast<double>(b) * h;
+  const double kv = data.kv_bytes();  // K+V of the live tokens
+  double bytes = 0.0, flops = 0.0;
+  std::function<void()> enqueue;
+  std::unique_ptr<DeviceAlloc> ws;
+  GemmPathPlan plan;
+  if (which == "fused") {
+    const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
+    ws = std::make_unique<DeviceAlloc>(v.workspace_bytes(shape, b));
+    enqueue = [&, launch = v.launch] {
+      CheckOk(launch(shape, data.batch, data.pools, ws->ws(), ctx.stream), "fused launch");
+    };
+    bytes = kv + 2 * rows * d * 2;
+    flops = 4.0 * rows * t * d;
+  } else {
+    plan = *kernels::PlanGemmPath(shape, b, t);
+    ws = std::make_unique<DeviceAlloc>(plan.workspace_bytes);
+    CheckOk(kernels::PrepareGemmPathWorkspace(plan, ws->ws(), ctx.stream), "prepare");
+    CheckOk(kernels::RunGemmPath(plan, shape, data.batch, data.pools, ws->ws(), ctx.cublas,
+                                 ctx.stream),
+            "RunGemmPath");  // every buffer holds this batch's data before a stage runs alone
+    const double ws_kv = static_cast<double>(plan.kv_workspace_bytes());
+    const double scores = rows * plan.t_pad * 4, probs = rows * plan.t_pad * 2;
+    if (which == "total") {
+      enqueue = [&] {
+        CheckOk(kernels::RunGemmPath(plan, shape, data.batch, data.pools, ws->ws(), ctx.cublas,
+                                     ctx.stream),
+                "RunGemmPath");
+      };
+      bytes = kv + 2 * ws_kv + scores * 2 + probs * 2 + rows * d * (2 + 4 + 4 + 2);
+      flops = 4.0 * rows * plan.t_pad * d + 5.0 * rows * plan.t_pad;
+    } else {
+      kernels::GemmPathStage stage = kernels::GemmPathStage::kGather;
+      for (kernels::GemmPathStage s : kernels::kGemmPathStages) {
+        if (which == kernels::GemmPathStageName(s)) stage = s;
+      }
+      enqueue = [&, stage] {
+        CheckOk(kernels::RunGemmPathStage(stage, plan, shape, data.batch, data.pools, ws->ws(),
+                                          ctx.cublas, ctx.stream),
+                "RunGemmPathStage");
+      };
+      switch (stage) {
+        case kernels::GemmPathStage::kGather: bytes = kv + ws_kv; break;
+        case kernels::GemmPathStage::kScores:
+          bytes = ws_kv / 2 + rows * d * 2 + scores;
+          flops = 2.0 * rows * plan.t_pad * d;
+          break;
+        case kernels::GemmPathStage::kSoftmax:
+          bytes = scores + probs;  // one read of the scores (the second pass may hit L2)
+          flops = 5.0 * rows * plan.t_pad;
+          break;
+        case kernels::GemmPathStage::kPv:
+          bytes = ws_kv / 2 + probs + rows * d * 4;
+          flops = 2.0 * rows * plan.t_pad * d;
+          break;
+        case kernels::GemmPathStage::kFinalize: bytes = rows * d * (4 + 2); break;
+      }
+    }
+  }
+  GpuTimer timer(ctx.stream);
+  MeasureInto(state, timer, enqueue);
+  const double s = state.counters["gpu_us"].value * 1e-6;
+  state.counters["B"] = b;
+  state.counters["T"] = t;
+  state.counters["bytes"] = bytes;
+  state.counters["flops"] = flops;
+  state.counters["ai"] = bytes > 0 ? flops / bytes : 0.0;
+  state.counters["bw_frac"] = bytes / s / ctx.copy_bw;
+  state.counters["copy_bw"] = ctx.copy_bw;
+}
+
+}  // namespace
+}  // namespace attnrt::bench
+
+int main(int argc, char** argv) {
+  using namespace attnrt::bench;
+  const PathMethod methods[] = {PathMethod::kStrided,        PathMethod::kStridedGraph,
+                                PathMethod::kIterative,      PathMethod::kIterativeKv,
+                                PathMethod::kPointerBatched,
+                                PathMethod::kBigGemm,        PathMethod::kFused,
+                                PathMethod::kFusedGraph};
+  for (int kv_heads : {8, 32}) {
+    for (int b : {8, 32}) {
+      for (PathMethod m : methods) {
+        const std::string name = std::string("path/") + (kv_heads == 8 ? "gqa" : "mha") +
+                                 "/B:" + std::to_string(b) + "/T:4096/" + PathMethodName(m);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+          RunPath(s, kv_heads, b, 4096, m);
+        })->UseManualTime()->Iterations(5)->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  for (int b : {1, 8, 32}) {
+    for (int t : {1024, 4096, 16384}) {
+      for (const char* which : {"gather", "qk", "softmax", "pv", "finalize", "total", "fused"}) {
+        const std::string name = "stages/B:" + std::to_string(b) + "/T:" + std::to_string(t) +
+                                 "/" + which;
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+          RunStages(s, b, t, which);
+        })->UseManualTime()->Iterations(5)->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  benchmark::RegisterBenchmark("copy_bandwidth", [](benchmark::State& s) {
+    for (auto _ : s) s.SetIterationTime(1e-6);
+    s.counters["copy_bw"] = Ctx().copy_bw;
+  })->UseManualTime()->Iterations(1);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""Turns the GEMM-path study outputs into one markdown report with PNG plots.
+
+Input: a folder holding the Google Benchmark JSON of kernels_gemm_path_bench,
+kernels_study_gemm_strategies_bench and kernels_study_batching_bench, sdpa_batching.json and
+record.txt (bench/studies/run_gemm_studies.sh writes exactly that). Output (default
+bench/results/): gemm_studies.md, and gemm_studies/ with the PNGs and a copy of the JSON inputs.
+
+    python3 bench/studies/make_gemm_report.py RAW_DIR [--out bench/results]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Published figures the studies set out to reproduce (seeds 000, 002, 004).
+SEED_SQUARE_GPU_N1024 = 2.4        # batched vs iterative, GPU time, N=1024, k >= 64 (A100 FP32)
+SEED_SQUARE_WALL_MAX = {1024: 330, 2560: 150, 4096: 20}  # at the largest k
+SEED_LLAMA_WALL = "35-150x"        # iterative / batched wall clock, Llama-3.1 shapes
+SEED_LLAMA_PREFILL_GPU_N1024 = 2.5
+SEED_LLAMA_DECODE_GPU_N1024 = "7.3-8.6x"
+SEED_BATCHING = 40.9               # L4, per-query latency B*H 1 -> 256
+SEED_SOFTMAX_RATIO = "45-140%"     # GPT-2 nsys profile, softmax / matmul time
+
+METHODS = ["iterative", "pointer_batched", "strided_batched", "big_gemm"]
+COLORS = {"iterative": "tab:red", "pointer_batched": "tab:blue", "strided_batched": "tab:green",
+          "big_gemm": "tab:gray", "fused": "tab:purple", "gemm": "tab:green", "sdpa": "tab:orange"}
+
+
+def load_gb(path):
+    """Google Benchmark JSON -> list of dicts with 'parts' (name split on '/') and counters."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        data = json.load(f)
+    rows = []
+    for b in data.get("benchmarks", []):
+        name = re.sub(r"/(iterations|repeats|min_time):[^/]*|/manual_time|/real_time", "",
+                      b.get("run_name", b["name"]))
+        row = dict(b)
+        row["parts"] = name.split("/")
+        row["key"] = name
+        rows.append(row)
+    return rows
+
+
+def kv(parts):
+    """'N:1024' style parts -> dict."""
+    out = {}
+    for p in parts:
+        if ":" in p:
+            k, v = p.split(":", 1)
+            out[k] = int(v) if v.isdigit() else v
+    return out
+
+
+def fmt(x, digits=1):
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# ---- study 1 ------------------------------------------------------------------------------
+def study1(rows, figdir):
+    res = defaultdict(dict)  # (family, dtype, size-tuple) -> method -> row
+    skipped = []
+    for r in rows:
+        p = r["parts"]
+        if p[0] != "strategies":
+            continue
+        family, dtype, method = p[1], p[2], p[-1]
+        sizes = tuple(p[3:-1])
+        if r.get("error_occurred"):
+            skipped.append(f"{family} {dtype} {' '.join(sizes)} {method}: {r.get('error_message')}")
+            continue
+        res[(family, dtype, sizes)][method] = r
+    md = ["## Study 1 — cuBLAS GEMM strategies (after seed 000, A100 FP32)", ""]
+    md.append("Equal FLOPs per row. GPU time: device execution of the queued work (a blocker "
+              "kernel holds the stream while the host enqueues, events bracket the work); wall: "
+              "host clock from the first call to the stream's completion. Medians of 3. FP32 is "
+              "true FP32 (no TF32); FP16 has FP32 accumulation. `iter/X` = iterative time over X's.")
+    md.append("")
+    headline = {}
+    for dtype in ("fp32", "fp16"):
+        trs = []
+        for key in sorted((k for k in res if k[0] == "square" and k[1] == dtype),
+                          key=lambda k: (kv(k[2])["N"], kv(k[2])["k"])):
+            m = res[key]
+            s = kv(key[2])
+            it = m.get("iterative", {})
+            cells = [s["N"], s["k"]]
+            for meth in METHODS:
+                cells.append(fmt(m.get(meth, {}).get("gpu_us")))
+            for meth in ("pointer_batched", "strided_batched", "big_gemm"):
+                cells.append(fmt(ratio(it.get("gpu_us"), m.get(meth, {}).get("gpu_us")), 2))
+            for meth in ("pointer_batched", "strided_batched"):
+                cells.append(fmt(ratio(it.get("wall_us"), m.get(meth, {}).get("wall_us")), 1))
+            cells.append(fmt(m.get("strided_batched", {}).get("tflops")))
+            trs.append(cells)
+        md.append(f"### Square N×N batches, {dtype.upper()}")
+        md.append("")
+        md.append(table(["N", "k", "iter GPU µs", "ptr-batched GPU µs", "strided GPU µs",
+                         "big GPU µs", "iter/ptr GPU", "iter/strided GPU", "iter/big GPU",
+                         "iter/ptr wall", "iter/strided wall", "strided TFLOP/s"], trs))
+        md.append("")
+    # headline figures (FP32, as the seed)
+    for n in (1024, 2560, 4096):
+        keys = sorted((k for k in res if k[0] == "square" and k[1] == "fp32" and kv(k[2])["N"] == n),
+                      key=lambda k: kv(k[2])["k"])
+        if not keys:
+            continue
+        big_k = [k for k in keys if kv(k[2])["k"] >= 64] or keys[-1:]
+        gpu_ptr = [ratio(res[k]["iterative"]["gpu_us"], res[k]["pointer_batched"]["gpu_us"])
+                   for k in big_k if "iterative" in res[k] and "pointer_batched" in res[k]]
+        gpu_str = [ratio(res[k]["iterative"]["gpu_us"], res[k]["strided_batched"]["gpu_us"])
+                   for k in big_k if "iterative" in res[k] and "strided_batched" in res[k]]
+        last = res[keys[-1]]
+        headline[n] = {
+            "gpu_ptr": statistics.median(gpu_ptr) if gpu_ptr else None,
+            "gpu_str": statistics.median(gpu_str) if gpu_str else None,
+            "wall_ptr_last": ratio(last.get("iterative", {}).get("wall_us"),
+                                   last.get("pointer_batched", {}).get("wall_us")),
+            "wall_str_last": ratio(last.get("iterative", {}).get("wall_us"),
+                                   last.get("strided_batched", {}).get("wall_us")),
+            "k_last": kv(keys[-1][2])["k"],
+            "k_range": "k ≥ 64" if len(big_k) > 1 or kv(big_k[0][2])["k"] >= 64 else f"k = {kv(big_k[0][2])['k']}",
+        }
+    # square scaling plot (normalised to k = 2, like the seed)
+    fig, axes = plt.subplots(3, 4, figsize=(16, 10), squeeze=False)
+    for i, n in enumerate((1024, 2560, 4096)):
+        for j, (dtype, what) in enumerate([("fp32", "gpu_us"), ("fp32", "wall_us"),
+                                           ("fp16", "gpu_us"), ("fp16", "wall_us")]):
+            ax = axes[i][j]
+            keys = sorted((k for k in res if k[0] == "square" and k[1] == dtype and kv(k[2])["N"] == n),
+                          key=lambda k: kv(k[2])["k"])
+            for meth in METHODS:
+                pts = [(kv(k[2])["k"], res[k][meth][what]) for k in keys if meth in res[k]]
+                if not pts:
+                    continue
+                base = pts[0][1]
+                ax.plot([p[0] for p in pts], [p[1] / base for p in pts], "o-", ms=3,
+                        color=COLORS[meth], label=meth)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"N={n} {dtype} {'GPU' if what == 'gpu_us' else 'wall'} time / time(k=2)",
+                         fontsize=9)
+            ax.set_xlabel("k")
+            ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figdir, "study1_square_scaling.png"), dpi=70)
+    plt.close(fig)
+    # speedup over iterative
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7), squeeze=False)
+    for j, n in enumerate((1024, 2560, 4096)):
+        for i, what in enumerate(("gpu_us", "wall_us")):
+            ax = axes[i][j]
+            for dtype, ls in (("fp32", "-"), ("fp16", "--")):
+                keys = sorted((k for k in res if k[0] == "square" and k[1] == dtype and kv(k[2])["N"] == n),
+                              key=lambda k: kv(k[2])["k"])
+                for meth in ("pointer_batched", "strided_batched", "big_gemm"):
+                    pts = [(kv(k[2])["k"], ratio(res[k]["iterative"][what], res[k][meth][what]))
+                           for k in keys if meth in res[k] and "iterative" in res[k]]
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker="o", ms=3,
+                                color=COLORS[meth], label=f"{meth} {dtype}")
+            ax.axhline(1.0, color="k", lw=0.5)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"N={n}: speedup over iterative ({'GPU' if what == 'gpu_us' else 'wall'})",
+                         fontsize=9)
+            ax.set_xlabel("k")
+            ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figdir, "study1_speedup.png"), dpi=70)
+    plt.close(fig)
+
+    # Llama shapes
+    llama_md = []
+    wall_ratios = {"llama_prefill": [], "llama_decode": []}
+    gpu_ratio_1024 = {"llama_prefill": [], "llama_decode": []}
+    for family in ("llama_prefill", "llama_decode"):
+        for dtype in ("fp32", "fp16"):
+            trs = []
+            for key in sorted((k for k in res if k[0] == family and k[1] == dtype),
+                              key=lambda k: (kv(k[2])["H"], kv(k[2])["T"])):
+                m = res[key]
+                s = kv(key[2])
+                it = m.get("iterative", {})
+                st = m.get("strided_batched", {})
+                pb = m.get("pointer_batched", {})
+                wr = ratio(it.get("wall_us"), pb.get("wall_us"))
+                gr = ratio(it.get("gpu_us"), pb.get("gpu_us"))
+                if dtype == "fp32" and wr:
+                    wall_ratios[family].append(wr)
+                if dtype == "fp32" and s["T"] == 1024 and gr:
+                    gpu_ratio_1024[family].append(gr)
+                trs.append([s["H"], s["T"], fmt(it.get("gpu_us")), fmt(pb.get("gpu_us")),
+                            fmt(st.get("gpu_us")), fmt(m.get("big_gemm", {}).get("gpu_us")),
+                            fmt(gr, 2), fmt(ratio(it.get("gpu_us"), st.get("gpu_us")), 2),
+                            fmt(it.get("wall_us")), fmt(pb.get("wall_us")), fmt(wr, 1),
+                            fmt(ratio(it.get("wall_us"), st.get("wall_us")), 1)])
+            llama_md.append(f"### Llama-3.1 QKᵀ, {'prefill (q-len T)' if family == 'llama_prefill' else 'decode (q-len 1)'}, {dtype.upper()}")
+            llama_md.append("")
+            llama_md.append(table(["H", "T", "iter GPU µs", "ptr GPU µs", "strided GPU µs",
+                                   "big GPU µs", "iter/ptr GPU", "iter/strided GPU",
+                                   "iter wall µs", "ptr wall µs", "iter/ptr wall",
+                                   "iter/strided wall"], trs))
+            llama_md.append("")
+    md += llama_md
+    if skipped:
+        md.append("Skipped (memory cap 36 GB; the seed's A100 ran out of memory likewise): " +
+                  "; ".join(sorted(set(s.rsplit(" ", 1)[0].rsplit(":", 1)[0] for s in skipped))[:12]))
+        md.append("")
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), squeeze=False)
+    for i, family in enumerate(("llama_prefill", "llama_decode")):
+        for j, what in enumerate(("gpu_us", "wall_us")):
+            ax = axes[i][j]
+            for h, c in ((32, "tab:blue"), (64, "tab:green"), (128, "tab:red")):
+                for dtype, ls in (("fp32", "-"), ("fp16", "--")):
+                    keys = sorted((k for k in res if k[0] == family and k[1] == dtype and kv(k[2])["H"] == h),
+                                  key=lambda k: kv(k[2])["T"])
+                    pts = [(kv(k[2])["T"], ratio(res[k]["iterative"][what], res[k]["pointer_batched"][what]))
+                           for k in keys if "iterative" in res[k] and "pointer_batched" in res[k]]
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker="o", ms=3,
+                                color=c, label=f"H={h} {dtype}")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.axhline(1.0, color="k", lw=0.5)
+            ax.set_title(f"{family}: iterative / pointer-batched ({'GPU' if what == 'gpu_us' else 'wall'})",
+                         fontsize=9)
+            ax.set_xlabel("T")
+            ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figdir, "study1_llama.png"), dpi=70)
+    plt.close(fig)
+    md += ["![square scaling](gemm_studies/study1_square_scaling.png)", "",
+           "![speedup over iterative](gemm_studies/study1_speedup.png)", "",
+           "![llama ratios](gemm_studies/study1_llama.png)", ""]
+    extra = {"wall_ratios": wall_ratios, "gpu_ratio_1024": gpu_ratio_1024,
+             "best_fp16_tflops": max((r.get("tflops", 0) for k, m in res.items() if k[1] == "fp16"
+                                      for r in m.values()), default=None)}
+    return md, headline, extra
+
+
+# ---- study 2 ------------------------------------------------------------------------------
+def study2(rows, sdpa, figdir):
+    data = defaultdict(dict)  # (T, method) -> BxH -> row
+    for r in rows:
+        p = r["parts"]
+        if p[0] != "batching" or r.get("error_occurred"):
+            continue
+        s = kv(p)
+        data[(s["T"], p[-1])][int(r["BxH"])] = r
+    sdpa_rows = [r for r in (sdpa or {}).get("rows", []) if "gpu_us" in r]
+    for r in sdpa_rows:
+        name = "sdpa" if r["backend"] == "default" else f"sdpa_{r['backend']}"
+        data[(r["T"], name)][r["BxH"]] = r
+    md = ["## Study 2 — B×H batching (after seed 002: 40.9× per-query on an L4, FP16, D = 64)", ""]
+    md.append("Decode (q-len 1), D = 64, MHA, every request at context T. Per-query latency = "
+              "GPU time / (B×H). Speedup = per-query latency at B×H = 1 over this row's. "
+              "max diff = max |out − ref| vs FP64 (CPU reference for ours, float64 SDPA math for "
+              "PyTorch). CTAs: fused = (slot, kv head, split) CTAs that do work; gemm = the gather "
+              "kernel's CTAs (the GEMMs' grids are cuBLAS's). 132 SMs.")
+    md.append("")
+    head = {}
+    for t in sorted({k[0] for k in data}):
+        trs = []
+        for meth in ("fused", "gemm", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_math"):
+            d = data.get((t, meth))
+            if not d:
+                continue
+            base = d.get(1, {}).get("per_query_gpu_us")
+            for bxh in sorted(d):
+                r = d[bxh]
+                sp = ratio(base, r["per_query_gpu_us"])
+                trs.append([meth, r["B"], r["H"], bxh, fmt(r["gpu_us"], 2),
+                            fmt(r["per_query_gpu_us"], 3), fmt(sp, 1),
+                            fmt(r.get("per_query_wall_us"), 2),
+                            fmt(r.get("ctas")) if "ctas" in r else "-",
+                            fmt(r.get("ctas_per_sm"), 2) if "ctas_per_sm" in r else "-",
+                            f"{r['max_diff']:.1e}"])
+                if bxh == 256:
+                    head[(t, meth)] = sp
+        md.append(f"### T = {t}")
+        md.append("")
+        md.append(table(["path", "B", "H", "B×H", "GPU µs", "per-query GPU µs", "speedup",
+                         "per-query wall µs", "CTAs", "CTAs/SM", "max diff"], trs))
+        md.append("")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), squeeze=False)
+    for j, t in enumerate(sorted({k[0] for k in data})[:2]):
+        ax = axes[0][j]
+        for meth in ("fused", "gemm", "sdpa"):
+            d = data.get((t, meth))
+            if d:
+                xs = sorted(d)
+                ax.plot(xs, [d[x]["per_query_gpu_us"] for x in xs], "o-", color=COLORS[meth],
+                        label=meth)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("B×H")
+        ax.set_ylabel("per-query GPU latency (µs)")
+        ax.set_title(f"T = {t}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(figdir, "study2_batching.png"), dpi=70)
+    plt.close(fig)
+    md += ["![batching](gemm_studies/study2_batching.png)", ""]
+    return md, head
+
+
+# ---- study 3 + targets ----------------------------------------------------------------------
+def study3(rows, figdir, peak_tflops):
+    st = defaultdict(dict)
+    copy_bw = None
+    for r in rows:
+        p = r["parts"]
+        if p[0] == "copy_bandwidth":
+            copy_bw = r.get("copy_bw")
+        if p[0] != "stages" or r.get("error_occurred"):
+            continue
+        s = kv(p)
+        st[(s["B"], s["T"])][p[-1]] = r
+        copy_bw = copy_bw or r.get("copy_bw")
+    md = ["## Study 3 — roofline and stage breakdown of the GEMM path", ""]
+    md.append(f"Llama-3.1-8B heads (H 32, Hkv 8, D 128), every request at T. Each stage timed "
+              f"alone (GPU time, median of 5). Bytes: the fewest each stage must move (scores "
+              f"read once by the softmax). %BW: bytes / time over the measured device-to-device "
+              f"copy bandwidth ({fmt((copy_bw or 0) / 1e12, 2)} TB/s, read + write). AI = FLOPs / "
+              f"byte. softmax/matmul = softmax time over QKᵀ + PV time (seed 004: {SEED_SOFTMAX_RATIO}).")
+    md.append("")
+    stages = ["gather", "qk", "softmax", "pv", "finalize"]
+    trs = []
+    sm_ratios = []
+    for key in sorted(st):
+        m = st[key]
+        tot = sum(m[s]["gpu_us"] for s in stages if s in m)
+        for s in stages + ["total", "fused"]:
+            if s not in m:
+                continue
+            r = m[s]
+            share = f"{100 * r['gpu_us'] / tot:.0f}%" if s in stages and tot else "-"
+            trs.append([key[0], key[1], s, fmt(r["gpu_us"], 1), share, fmt(r["bytes"] / 1e6, 1),
+                        fmt(r["ai"], 2), f"{100 * r['bw_frac']:.0f}%"])
+        if all(s in m for s in ("softmax", "qk", "pv")):
+            sm_ratios.append((key, m["softmax"]["gpu_us"] / (m["qk"]["gpu_us"] + m["pv"]["gpu_us"])))
+    md.append(table(["B", "T", "stage", "GPU µs", "share of stages", "MB moved", "AI",
+                     "% of copy BW"], trs))
+    md.append("")
+    if sm_ratios:
+        md.append("softmax / (QKᵀ + PV) time: " + ", ".join(
+            f"B={k[0]} T={k[1]}: {100 * v:.0f}%" for k, v in sm_ratios) + ".")
+        md.append("")
+    # stacked bars
+    keys = sorted(st)
+    if keys:
+        fig, ax = plt.subplots(figsize=(12, 4.5))
+        bottom = [0.0] * len(keys)
+        for s, c in zip(stages, ["tab:brown", "tab:blue", "tab:orange", "tab:green", "tab:gray"]):
+            vals = [st[k].get(s, {}).get("gpu_us", 0.0) for k in keys]
+            ax.bar(range(len(keys)), vals, bottom=bottom, color=c, label=s)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.plot(range(len(keys)), [st[k].get("fused", {}).get("gpu_us", float("nan")) for k in keys],
+                "k*", ms=10, label="fused kernel")
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels([f"B={k[0]}\nT={k[1]}" for k in keys], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("GPU µs (stages timed alone)")
+        ax.legend(fontsize=8, ncol=3)
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(figdir, "study3_stages.png"), dpi=70)
+        plt.close(fig)
+        # roofline
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        bw = copy_bw or 3e12
+        peak = (peak_tflops or 500) * 1e12
+        xs = [10 ** (i / 20) for i in range(-40, 81)]
+        ax.plot(xs, [min(bw * x, peak) / 1e12 for x in xs], "k-", lw=1,
+                label=f"roof: {bw / 1e12:.2f} TB/s copy, {peak / 1e12:.0f} TFLOP/s (best FP16 GEMM of study 1)")
+        for s, mk in zip(["qk", "softmax", "pv", "total", "fused"], ["o", "s", "^", "D", "*"]):
+            pts = [(st[k][s]["ai"], st[k][s]["flops"] / (st[k][s]["gpu_us"] * 1e-6) / 1e12)
+                   for k in keys if s in st[k] and st[k][s]["ai"] > 0]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], mk, ms=7, ls="", label=s)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+        ax.set_ylabel("achieved TFLOP/s")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(figdir, "study3_roofline.png"), dpi=70)
+        plt.close(fig)
+        md += ["![stages](gemm_studies/study3_stages.png)", "",
+               "![roofline](gemm_studies/study3_roofline.png)", ""]
+    return md, sm_ratios, copy_bw
+
+
+def targets(rows):
+    pt = defaultdict(dict)
+    for r in rows:
+        p = r["parts"]
+        if p[0] != "path" or r.get("error_occurred"):
+            continue
+        s = kv(p)
+        pt[(p[1], s["B"], s["T"])][p[-1]] = r
+    md = ["## The GEMM decode path vs its baselines and the fused kernel", ""]
+    md.append("Paged FP16 KV, every request at T = 4096, H = 32, D = 128, block 16. gqa: Hkv = 8 "
+              "(Llama-3.1-8B); mha: Hkv = 32. strided = RunGemmPath (gather + 2 strided-batched "
+              "GEMMs + softmax + finalize, eager); *_graph = the same captured in a CUDA graph and "
+              "replayed; iterative = per-(request, query head) cublasGemmEx + softmax launches; "
+              "iterative_kv = per-(request, kv head). kv BW = KV bytes read once / GPU time over "
+              "the copy bandwidth (the fused kernel's floor).")
+    md.append("")
+    trs = []
+    order = ["fused_graph", "fused", "strided_graph", "strided", "big_gemm", "pointer_batched",
+             "iterative_kv", "iterative"]
+    for key in sorted(pt):
+        for meth in order:
+            r = pt[key].get(meth)
+            if r:
+                trs.append([key[0], key[1], meth, fmt(r["gpu_us"], 1), fmt(r["wall_us"], 1),
+                            f"{100 * r['kv_bw_frac']:.0f}%",
+                            "yes" if r.get("blocked", 1) else "no (host-bound: includes launch gaps)"])
+    md.append(table(["heads", "B", "method", "GPU µs", "wall µs", "kv BW", "GPU time clean"], trs))
+    md.append("")
+    return md, pt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("raw")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    figdir = os.path.join(args.out, "gemm_studies")
+    os.makedirs(figdir, exist_ok=True)
+    path_rows = load_gb(os.path.join(args.raw, "kernels_gemm_path_bench.json"))
+    strat_rows = load_gb(os.path.join(args.raw, "kernels_study_gemm_strategies_bench.json"))
+    batch_rows = load_gb(os.path.join(args.raw, "kernels_study_batching_bench.json"))
+    sdpa = None
+    if os.path.exists(os.path.join(args.raw, "sdpa_batching.json")):
+        with open(os.path.join(args.raw, "sdpa_batching.json")) as f:
+            sdpa = json.load(f)
+    record = ""
+    if os.path.exists(os.path.join(args.raw, "record.txt")):
+        with open(os.path.join(args.raw, "record.txt")) as f:
+            record = f.read().strip()
+    for name in ("kernels_gemm_path_bench.json", "kernels_study_gemm_strategies_bench.json",
+                 "kernels_study_batching_bench.json", "sdpa_batching.json", "record.txt"):
+        src = os.path.join(args.raw, name)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(figdir, name))
+
+    s1, head1, extra1 = study1(strat_rows, figdir)
+    s2, head2 = study2(batch_rows, sdpa, figdir)
+    s3, sm_ratios, copy_bw = study3(path_rows, figdir, extra1.get("best_fp16_tflops"))
+    tg, pt = targets(path_rows)
+
+    def get(key, meth, what):
+        return pt.get(key, {}).get(meth, {}).get(what)
+
+    hl = []
+    for n, h in sorted(head1.items()):
+        hl.append([f"square N={n}, FP32: iterative / batched, GPU time ({h['k_range']})",
+                   f"{fmt(h['gpu_ptr'], 2)}× (pointer), {fmt(h['gpu_str'], 2)}× (strided)",
+                   f"{SEED_SQUARE_GPU_N1024}×" if n == 1024 else "0.7–0.8× (batched 20–30% slower)",
+                   "A100 FP32"])
+        hl.append([f"square N={n}, FP32: iterative / batched, wall clock at k = {h['k_last']}",
+                   f"{fmt(h['wall_ptr_last'], 1)}× (pointer), {fmt(h['wall_str_last'], 1)}× (strided)",
+                   f"≈{SEED_SQUARE_WALL_MAX[n]}× (at their largest k)", "A100 FP32"])
+    for fam, label in (("llama_prefill", "prefill"), ("llama_decode", "decode")):
+        w = extra1["wall_ratios"][fam]
+        g = extra1["gpu_ratio_1024"][fam]
+        if w:
+            hl.append([f"Llama-3.1 QKᵀ {label}, FP32: iterative / batched, wall clock (all H, T)",
+                       f"{fmt(min(w), 1)}–{fmt(max(w), 1)}×", SEED_LLAMA_WALL, "A100 FP32"])
+        if g:
+            hl.append([f"Llama-3.1 QKᵀ {label}, FP32: iterative / batched, GPU time at T=1024",
+                       f"{fmt(min(g), 2)}–{fmt(max(g), 2)}×",
+                       f"{SEED_LLAMA_PREFILL_GPU_N1024}×" if fam == "llama_prefill" else SEED_LLAMA_DECODE_GPU_N1024,
+                       "A100 FP32"])
+    for (t, meth), sp in sorted(head2.items()):
+        hl.append([f"per-query latency B×H 1 → 256, {meth}, T={t}", f"{fmt(sp, 1)}×",
+                   f"{SEED_BATCHING}× (their flash kernel, S=128, D=64)", "L4"])
+    if sm_ratios:
+        vals = [v for _, v in sm_ratios]
+        hl.append(["softmax / (QKᵀ + PV) time, GEMM path", f"{100 * min(vals):.0f}–{100 * max(vals):.0f}%",
+                   SEED_SOFTMAX_RATIO, "GPT-2 profile"])
+    for kvn in ("gqa", "mha"):
+        key8, key32 = (kvn, 8, 4096), (kvn, 32, 4096)
+        r_eager = ratio(get(key8, "iterative", "wall_us"), get(key8, "strided", "wall_us"))
+        r_graph = ratio(get(key8, "iterative", "wall_us"), get(key8, "strided_graph", "wall_us"))
+        r_kv = ratio(get(key8, "iterative_kv", "wall_us"), get(key8, "strided", "wall_us"))
+        if r_eager:
+            hl.append([f"TARGET ≥ 50×: iterative / strided, wall, B=8 H=32 T=4096 ({kvn})",
+                       f"{fmt(r_eager, 1)}× eager, {fmt(r_graph, 1)}× graph "
+                       f"(per-kv-head loop: {fmt(r_kv, 1)}× eager)",
+                       "35–150× (seed 000, Llama shapes)",
+                       "met" if r_eager >= 50 else "NOT met"])
+        f_gpu = get(key32, "fused", "gpu_us")
+        s_gpu = get(key32, "strided", "gpu_us")
+        sg = ratio(get(key32, "strided_graph", "gpu_us"), get(key32, "fused_graph", "gpu_us"))
+        if f_gpu and s_gpu:
+            hl.append([f"TARGET ≤ 1.3×: GEMM path / fused, GPU time, B=32 H=32 T=4096 ({kvn})",
+                       f"{fmt(s_gpu / f_gpu, 2)}× eager, {fmt(sg, 2)}× graph", "-",
+                       "met" if s_gpu / f_gpu <= 1.3 else "NOT met"])
+    md = ["# GEMM path and the seed studies, reproduced on an H100", "",
+          "Generated by `bench/studies/make_gemm_report.py` from the JSON in `gemm_studies/` "
+          "(run: `bench/studies/run_gemm_studies.sh` on the device machine).", "",
+          "```", record, "```", "",
+          "## Headline ratios next to the published ones", "",
+          table(["what", "ours (H100)", "published", "where / status"], hl), ""]
+    md += tg + s1 + s2 + s3
+    md += ["## Study 4 — launch-configuration sweep of the fused kernel", "",
+           "Not run here: the fused kernel (kernels/decode_split_kv.cu) keeps its launch "
+           "configuration (threads per CTA, KV tile, pipeline stages, minimum split length) as "
+           "compile-time constants with no tunable entry point, so a sweep belongs to the kernels "
+           "owner, where its dispatch reads them.", ""]
+    with open(os.path.join(args.out, "gemm_studies.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md[:40]))
+
+
+if __name__ == "__main__":
+    main()
