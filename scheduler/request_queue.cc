@@ -1,0 +1,127 @@
+// PendingQueue: O(1) push/remove on intrusive lists; deadlines kept in a heap whose stale entries
+// (requests that left by dispatch or cancel) are dropped at the top or by compaction once they
+// outnumber the live ones.
+#include "scheduler/request_queue.h"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+
+namespace attnrt::scheduler::internal {
+
+namespace {
+bool Later(const auto& a, const auto& b) { return a.deadline > b.deadline; }
+}  // namespace
+
+PendingQueue::PendingQueue(int num_levels) : levels_(num_levels) {}
+
+void PendingQueue::Push(Slot* slot) {
+  Level& level = levels_[slot->priority];
+  slot->prev = level.tail;
+  slot->next = nullptr;
+  if (level.tail != nullptr) {
+    level.tail->next = slot;
+  } else {
+    level.head = slot;
+  }
+  level.tail = slot;
+  slot->in_pending = true;
+  slot->pending_token = ++next_token_;
+  ++size_;
+  if (slot->deadline_ns != kNever) {
+    deadlines_.push_back({slot->deadline_ns, slot, slot->pending_token});
+    std::push_heap(deadlines_.begin(), deadlines_.end(), Later<DeadlineEntry, DeadlineEntry>);
+    ++live_deadlines_;
+    if (deadlines_.size() > 2 * live_deadlines_ + 1024) CompactDeadlines();
+  }
+}
+
+void PendingQueue::Remove(Slot* slot) {
+  Level& level = levels_[slot->priority];
+  if (slot->prev != nullptr) {
+    slot->prev->next = slot->next;
+  } else {
+    level.head = slot->next;
+  }
+  if (slot->next != nullptr) {
+    slot->next->prev = slot->prev;
+  } else {
+    level.tail = slot->prev;
+  }
+  slot->prev = slot->next = nullptr;
+  slot->in_pending = false;
+  --size_;
+  if (slot->deadline_ns != kNever) --live_deadlines_;
+}
+
+ClockNanos PendingQueue::OldestSubmitNs() const {
+  ClockNanos oldest = kNever;
+  for (const Level& level : levels_) {
+    if (level.head != nullptr) oldest = std::min(oldest, level.head->submit_ns);
+  }
+  return oldest;
+}
+
+void PendingQueue::PopDeadline() {
+  std::pop_heap(deadlines_.begin(), deadlines_.end(), Later<DeadlineEntry, DeadlineEntry>);
+  deadlines_.pop_back();
+}
+
+void PendingQueue::CompactDeadlines() {
+  std::erase_if(deadlines_, [this](const DeadlineEntry& e) { return !Live(e); });
+  std::make_heap(deadlines_.begin(), deadlines_.end(), Later<DeadlineEntry, DeadlineEntry>);
+}
+
+ClockNanos PendingQueue::NextDeadlineNs() {
+  while (!deadlines_.empty() && !Live(deadlines_.front())) PopDeadline();
+  return deadlines_.empty() ? kNever : deadlines_.front().deadline;
+}
+
+void PendingQueue::TakeExpired(ClockNanos now, std::vector<Slot*>* out) {
+  while (!deadlines_.empty() && deadlines_.front().deadline <= now) {
+    const DeadlineEntry e = deadlines_.front();
+    PopDeadline();
+    if (!Live(e)) continue;
+    Remove(e.slot);
+    out->push_back(e.slot);
+  }
+}
+
+bool PendingQueue::InsertKey(runtime::SequenceId sequence, int layer) {
+  const std::size_t mask = keys_.size() - 1;
+  std::uint64_t h = (sequence + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  h ^= static_cast<std::uint64_t>(layer) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    KeyCell& cell = keys_[i];
+    if (cell.stamp != stamp_) {
+      cell = {sequence, layer, stamp_};
+      return true;
+    }
+    if (cell.sequence == sequence && cell.layer == layer) return false;
+  }
+}
+
+void PendingQueue::Select(int max, std::vector<Slot*>* out) {
+  const std::size_t want = std::bit_ceil(static_cast<std::size_t>(std::max(8, 2 * max)));
+  if (keys_.size() < want) {
+    keys_.assign(want, KeyCell{0, 0, 0});
+    stamp_ = 0;
+  }
+  if (++stamp_ == 0) {  // wrapped: clear for real
+    for (KeyCell& cell : keys_) cell.stamp = 0;
+    stamp_ = 1;
+  }
+  int taken = 0;
+  for (const Level& level : levels_) {
+    for (Slot* s = level.head; s != nullptr && taken < max; s = s->next) {
+      if (InsertKey(s->sequence_id, s->layer)) {
+        out->push_back(s);
+        ++taken;
+      }
+    }
+    if (taken == max) break;
+  }
+}
+
+}  // namespace attnrt::scheduler::internal

@@ -1,0 +1,83 @@
+// PendingQueue: the batching thread's admitted-but-not-dispatched requests: one intrusive FIFO per
+// priority level (strict priority, FIFO inside a level), a deadline min-heap with lazy deletion,
+// and batch selection that never picks two requests of one (sequence, layer).
+// Internal to scheduler/. Thread safety: none; only the batching thread touches it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "scheduler/clock.h"
+#include "scheduler/request_slot.h"
+
+namespace attnrt::scheduler::internal {
+
+class PendingQueue {
+ public:
+  explicit PendingQueue(int num_levels);
+
+  // Appends to the FIFO of slot->priority (which must be a valid level).
+  void Push(Slot* slot);
+  void Remove(Slot* slot);
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  // Submit time of the oldest pending request; kNever when empty.
+  ClockNanos OldestSubmitNs() const;
+  // The earliest deadline among pending requests; kNever when none has one.
+  ClockNanos NextDeadlineNs();
+  // Removes every request whose deadline is <= now, appending it to *out.
+  void TakeExpired(ClockNanos now, std::vector<Slot*>* out);
+  // Removes every request for which pred(slot) holds, appending it to *out.
+  template <class Pred>
+  void TakeIf(Pred pred, std::vector<Slot*>* out) {
+    for (Level& level : levels_) {
+      for (Slot* s = level.head; s != nullptr;) {
+        Slot* next = s->next;
+        if (pred(s)) {
+          Remove(s);
+          out->push_back(s);
+        }
+        s = next;
+      }
+    }
+  }
+  // Appends up to `max` requests to *out in priority, then FIFO, order, skipping any whose
+  // (sequence, layer) is already among them (the later one waits for a later batch). Removes
+  // nothing.
+  void Select(int max, std::vector<Slot*>* out);
+
+ private:
+  struct Level {
+    Slot* head = nullptr;
+    Slot* tail = nullptr;
+  };
+  struct DeadlineEntry {
+    ClockNanos deadline;
+    Slot* slot;
+    std::uint64_t token;
+  };
+  bool Live(const DeadlineEntry& e) const {
+    return e.slot->in_pending && e.slot->pending_token == e.token;
+  }
+  void PopDeadline();
+  void CompactDeadlines();
+  // Inserts (sequence, layer) into the selection's key set; false if already there.
+  bool InsertKey(runtime::SequenceId sequence, int layer);
+
+  std::vector<Level> levels_;
+  std::size_t size_ = 0;
+  std::uint64_t next_token_ = 0;
+  std::vector<DeadlineEntry> deadlines_;  // min-heap on deadline
+  std::size_t live_deadlines_ = 0;
+  // Open-addressing key set for Select, cleared by bumping the stamp.
+  struct KeyCell {
+    runtime::SequenceId sequence;
+    int layer;
+    std::uint32_t stamp;
+  };
+  std::vector<KeyCell> keys_;
+  std::uint32_t stamp_ = 0;
+};
+
+}  // namespace attnrt::scheduler::internal

@@ -1,0 +1,95 @@
+// SlotPool: slabs of slots with their staging carved from one 64-byte-aligned block per slab; the
+// free list is a lock-free moodycamel queue, growth takes a mutex (rare: only past the high-water
+// mark of live requests).
+#include "scheduler/request_slot.h"
+
+#include <new>
+
+namespace attnrt::scheduler::internal {
+
+namespace {
+constexpr std::size_t kAlign = 64;
+std::size_t RoundUp(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+struct SlotPool::Slab {
+  explicit Slab(std::size_t slots, std::size_t stride)
+      : count(slots),
+        slots(new Slot[slots]),
+        staging(static_cast<std::byte*>(::operator new(slots * stride, std::align_val_t{kAlign}))) {}
+  ~Slab() { ::operator delete(staging, std::align_val_t{kAlign}); }
+  std::size_t count;
+  std::unique_ptr<Slot[]> slots;
+  std::byte* staging;
+};
+
+SlotPool::SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems,
+                   int slab_slots)
+    : q_elems_(q_elems),
+      kv_elems_(kv_elems),
+      lse_elems_(lse_elems),
+      // q, k, v, out (out has q's shape), then lse; each region 64-byte aligned.
+      stride_(RoundUp(q_elems * sizeof(Half)) * 2 + RoundUp(kv_elems * sizeof(Half)) * 2 +
+              RoundUp(lse_elems * sizeof(float))),
+      slab_slots_(slab_slots) {}
+
+SlotPool::~SlotPool() = default;
+
+void SlotPool::Grow(Slot** out, std::size_t n) {
+  std::lock_guard<std::mutex> lock(grow_mu_);
+  const std::size_t count = std::max<std::size_t>(slab_slots_, n);
+  auto slab = std::make_unique<Slab>(count, stride_);
+  std::vector<Slot*> rest;
+  rest.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    Slot* s = &slab->slots[i];
+    std::byte* base = slab->staging + i * stride_;
+    s->q = reinterpret_cast<Half*>(base);
+    base += RoundUp(q_elems_ * sizeof(Half));
+    s->k = reinterpret_cast<Half*>(base);
+    base += RoundUp(kv_elems_ * sizeof(Half));
+    s->v = reinterpret_cast<Half*>(base);
+    base += RoundUp(kv_elems_ * sizeof(Half));
+    s->out = reinterpret_cast<Half*>(base);
+    base += RoundUp(q_elems_ * sizeof(Half));
+    s->lse = reinterpret_cast<float*>(base);
+    if (i < n) {
+      out[i] = s;
+    } else {
+      rest.push_back(s);
+    }
+  }
+  slabs_.push_back(std::move(slab));
+  if (!rest.empty()) free_.enqueue_bulk(rest.data(), rest.size());
+}
+
+Slot* SlotPool::Acquire() {
+  Slot* slot = nullptr;
+  if (!free_.try_dequeue(slot)) Grow(&slot, 1);
+  return slot;
+}
+
+void SlotPool::AcquireBulk(Slot** out, std::size_t n) {
+  const std::size_t got = free_.try_dequeue_bulk(out, n);
+  if (got < n) Grow(out + got, n - got);
+}
+
+void SlotPool::Release(Slot* slot) { ReleaseBulk(&slot, 1); }
+
+void SlotPool::ReleaseBulk(Slot* const* slots, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t generation = GenerationOf(slots[i]->state.load(std::memory_order_relaxed));
+    slots[i]->state.store(((generation + 1) << kGenerationShift) | kPhaseFree,
+                          std::memory_order_release);
+  }
+  free_.enqueue_bulk(slots, n);
+}
+
+std::size_t SlotPool::capacity() const {
+  std::lock_guard<std::mutex> lock(grow_mu_);
+  std::size_t total = 0;
+  for (const auto& slab : slabs_) total += slab->count;
+  return total;
+}
+
+}  // namespace attnrt::scheduler::internal

@@ -1,0 +1,95 @@
+// Slot: the scheduler-owned state of one request from Submit to completion (metadata, the q/k/v
+// staging it was copied into, its output staging, its promise or callback), and SlotPool, the
+// slab allocator that recycles them so that Submit allocates nothing in the steady state.
+// Internal to scheduler/.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "concurrentqueue.h"
+#include "scheduler/clock.h"
+#include "scheduler/request.h"
+
+namespace attnrt::scheduler::internal {
+
+// Slot::state packs a generation (bumped on every release, so stale handles miss) with a phase
+// and the cancel-requested bit. The CAS kQueued -> kDispatched is the point of no return.
+inline constexpr std::uint64_t kPhaseFree = 0;
+inline constexpr std::uint64_t kPhaseQueued = 1;
+inline constexpr std::uint64_t kPhaseDispatched = 2;
+inline constexpr std::uint64_t kPhaseDone = 3;  // result being delivered
+inline constexpr std::uint64_t kPhaseMask = 3;
+inline constexpr std::uint64_t kCancelBit = 4;
+inline constexpr int kGenerationShift = 8;
+
+inline std::uint64_t GenerationOf(std::uint64_t state) { return state >> kGenerationShift; }
+
+struct Slot {
+  // Written by the submitting thread before the slot is enqueued.
+  runtime::SequenceId sequence_id = 0;
+  int layer = 0;
+  int priority = 0;
+  ClockNanos submit_ns = 0;
+  ClockNanos deadline_ns = kNever;
+  Half* out_dest = nullptr;
+  float* lse_dest = nullptr;
+  bool want_lse = false;
+  std::optional<std::promise<DecodeResult>> promise;  // set when no callback was given
+  DoneCallback callback;
+
+  // Staging, fixed for the slot's life (owned by its slab).
+  Half* q = nullptr;
+  Half* k = nullptr;
+  Half* v = nullptr;
+  Half* out = nullptr;
+  float* lse = nullptr;
+
+  std::atomic<std::uint64_t> state{0};
+
+  // Touched by the batching thread only.
+  Slot* prev = nullptr;
+  Slot* next = nullptr;
+  bool in_pending = false;
+  std::uint64_t pending_token = 0;
+};
+
+// Thread safety: Acquire*/Release* from any thread. Slots are never returned to the system
+// before the pool dies, so a stale pointer (in a RequestHandle) stays dereferenceable.
+class SlotPool {
+ public:
+  // Element counts of each staging region; `slab_slots` slots are allocated at a time.
+  SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems, int slab_slots);
+  ~SlotPool();
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
+
+  // A slot in phase kFree; grows when none is free.
+  Slot* Acquire();
+  // Fills out[0..n) (growing as needed); for per-producer caches.
+  void AcquireBulk(Slot** out, std::size_t n);
+  // The slot must hold no promise or callback. Bumps its generation.
+  void Release(Slot* slot);
+  void ReleaseBulk(Slot* const* slots, std::size_t n);
+
+  std::size_t capacity() const;
+  std::size_t staging_bytes_per_slot() const { return stride_; }
+
+ private:
+  struct Slab;
+  void Grow(Slot** out, std::size_t n);
+
+  std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
+  int slab_slots_;
+  moodycamel::ConcurrentQueue<Slot*> free_;
+  mutable std::mutex grow_mu_;
+  std::vector<std::unique_ptr<Slab>> slabs_;  // guarded by grow_mu_
+};
+
+}  // namespace attnrt::scheduler::internal

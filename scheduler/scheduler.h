@@ -1,0 +1,169 @@
+// The request scheduler: the public face of scheduler/. Turns decode requests submitted one at a
+// time from many threads into well-filled batches for a runtime::Executor, without adding latency
+// of its own. Knows nothing of CUDA or kernels: it depends on runtime/executor.h only.
+//
+// ---------------------------------------------------------------------------------------------
+// Life of a request
+//   Submit (any thread) validates the request, copies q/k/v into scheduler-owned staging (so the
+//   caller's buffers are free on return) and pushes it onto a lock-free moodycamel queue. One
+//   batching thread drains that queue into per-priority FIFO lists, applies deadlines and
+//   cancellations, forms batches by the window below and hands them to the executor, keeping up
+//   to executor->max_in_flight() batches in flight (batch i+1 is formed while batch i runs).
+//   Results are delivered on a Boost.Asio thread pool (completion_threads), never on the
+//   batching thread: a slow or blocking callback delays only the completions queued behind it on
+//   its pool thread, never batching.
+//
+// Validation at Submit (a rejected request is not enqueued; no callback runs; the Status names
+// the field and its value): q has H*D elements, k and v Hkv*D (H, Hkv, D from the executor's
+// ModelShape); 0 <= layer < num_layers; 0 <= priority < num_priority_levels; timeout > 0 and
+// not longer than default_timeout; the sequence is known to the executor (SequenceLength(id, 0)
+// not NotFound); with check_finite, no Inf/NaN in q, k or v. Then: Unavailable once Drain() or
+// Shutdown() has begun; ResourceExhausted when max_queue_size requests are already queued.
+//
+// Batching window (semantics of Triton's dynamic batcher: max_queue_delay_microseconds with the
+// executor's graph buckets as preferred batch sizes). Let `full bucket` be the largest executor
+// bucket <= max_batch_size (max_batch_size itself when the executor reports no buckets), and the
+// `preferred sizes` the executor buckets in [min_batch_size, max_batch_size] plus the full bucket
+// (just the full bucket when min_batch_size is 0, the default). Whenever an in-flight slot is
+// free:
+//   1. if the pending requests fill a preferred size, the largest such batch dispatches at once
+//      (in particular a full bucket never waits);
+//   2. else, once the oldest pending request has waited max_queue_delay, everything pending (up
+//      to max_batch_size) dispatches; min_batch_size is honoured only within the delay, never
+//      past it. max_queue_delay = 0 therefore means "dispatch whatever is there";
+//   3. else the batcher waits (for more requests, the delay, or a deadline).
+//   When every in-flight slot is busy nothing dispatches; requests keep joining the next batch.
+//   Requests are taken by strict priority (0 first), FIFO inside a level. A batch never holds two
+//   requests of one (sequence, layer): the later one stays pending for a later batch, so
+//   per-sequence order holds; requests of different layers share batches freely. The executor
+//   pads a batch up to its bucket.
+//
+// Queue policy
+//   - max_queue_size bounds the requests admitted but not yet dispatched (in-flight ones do not
+//     count); Submit past it returns ResourceExhausted at once.
+//   - Deadlines: default_timeout (0 = none) or a shorter per-request timeout, measured from
+//     Submit. A request still queued at its deadline completes with DeadlineExceeded; one already
+//     dispatched runs to completion.
+//   - Cancel(handle): a request not yet dispatched completes with Cancelled (checked when it is
+//     dequeued and again just before the batch goes to the executor); once dispatched, Cancel
+//     returns false and the request completes normally.
+//
+// Completion: every accepted request completes exactly once, with the executor's result or a
+// Status (DeadlineExceeded, Cancelled, Unavailable, or the executor's error); nothing is dropped.
+// A callback that throws is caught and logged (spdlog error) and counts as delivered.
+//
+// Shutdown
+//   - Drain(): stops intake (later Submits return Unavailable), dispatches everything queued
+//     without waiting for the window, and returns when every admitted request has completed.
+//   - Shutdown(): stops intake, completes every request still queued with Unavailable, waits for
+//     the in-flight batches, then stops the threads. The destructor calls Shutdown().
+//
+// Observability: Metrics() (counters, gauges, histograms with percentiles), PrometheusText(),
+// and an spdlog debug line per formed batch (size, bucket, oldest wait).
+// ---------------------------------------------------------------------------------------------
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "api/status.h"
+#include "runtime/executor.h"
+#include "scheduler/clock.h"
+#include "scheduler/metrics.h"
+#include "scheduler/request.h"
+
+namespace attnrt::scheduler {
+
+struct SchedulerOptions {
+  // Most requests in one batch; 1 <= max_batch_size <= executor->max_batch_size().
+  int max_batch_size = 32;
+  // Smallest batch dispatched before max_queue_delay (see "Batching window"); 0 = only a full
+  // bucket dispatches early. 0 <= min_batch_size <= max_batch_size.
+  int min_batch_size = 0;
+  // How long the oldest request may wait for a fuller batch; 0 = dispatch what is there. >= 0.
+  std::chrono::microseconds max_queue_delay{100};
+  // Requests admitted but not yet dispatched; >= 1.
+  int max_queue_size = 4096;
+  // Per-request deadline from Submit; 0 = none. >= 0.
+  std::chrono::microseconds default_timeout{0};
+  // Strict priority levels, 0 the highest; 1..16.
+  int num_priority_levels = 2;
+  // Reject requests whose q, k or v hold Inf or NaN (costs a scan of each request).
+  bool check_finite = false;
+  // Threads delivering results (futures and callbacks); 1..64.
+  int completion_threads = 2;
+};
+
+// A Submit that returns a future.
+struct Submission {
+  RequestHandle handle;
+  std::future<DecodeResult> result;
+};
+
+// Thread safety: Submit, Cancel, CreateProducer, Metrics and PrometheusText from any thread;
+// Drain and Shutdown from any thread, any number of times (later calls wait for the first).
+class Scheduler {
+ public:
+  class Producer;
+
+  // `executor` and `clock` must outlive the scheduler; a null clock means the steady clock. The
+  // scheduler is the only caller of executor->Submit while it lives. InvalidArgument names the
+  // bad option.
+  static StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
+                                                     runtime::Executor* executor,
+                                                     Clock* clock = nullptr);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  StatusOr<Submission> Submit(const DecodeRequest& request);
+  StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done);
+
+  // A producer for one submitting thread: it keeps a moodycamel producer token (its own
+  // sub-queue, cheapest intake) and a small cache of staging slots. Must not outlive the
+  // scheduler. Thread safety: one thread at a time.
+  std::unique_ptr<Producer> CreateProducer();
+
+  // True when the request will complete with Cancelled; false when it was already dispatched,
+  // has completed, or the handle is empty.
+  bool Cancel(const RequestHandle& handle);
+
+  void Drain();
+  void Shutdown();
+
+  MetricsSnapshot Metrics() const;
+  std::string PrometheusText() const;
+  const SchedulerOptions& options() const;
+
+  // For tests with a ManualClock: blocks until the batching thread has taken in everything
+  // submitted before the call and acted on it (window, deadlines, cancellations) at the clock's
+  // current time.
+  void SyncForTesting();
+
+  class Impl;
+
+ private:
+  explicit Scheduler(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Scheduler::Producer {
+ public:
+  ~Producer();
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  StatusOr<Submission> Submit(const DecodeRequest& request);
+  StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done);
+
+  struct State;
+
+ private:
+  friend class Scheduler;
+  explicit Producer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace attnrt::scheduler

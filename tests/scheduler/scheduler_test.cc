@@ -1,0 +1,832 @@
+// Scheduler behaviour against a FakeExecutor with a ManualClock (window, priority, deadlines,
+// cancellation, queue policy, ordering, pipelining, completion, shutdown, metrics), and the
+// exactly-once property under concurrency with the steady clock.
+#include "scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "tests/support/fake_executor.h"
+
+namespace attnrt::scheduler {
+namespace {
+
+using attnrt::testing::FakeExecutor;
+using attnrt::testing::FakeExecutorOptions;
+using attnrt::testing::ReadTag;
+using attnrt::testing::RecordedBatch;
+using attnrt::testing::WriteTag;
+using std::chrono::microseconds;
+
+// Owns one request's q/k/v; q[0..3] carry a tag, the rest a pattern derived from it.
+struct RequestData {
+  RequestData(const ModelShape& shape, std::uint64_t tag)
+      : q(static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim),
+        k(static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim),
+        v(k.size()) {
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = FloatToHalf(0.25f * ((i + tag) % 17));
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      k[i] = FloatToHalf(-0.5f * ((i + tag) % 5));
+      v[i] = FloatToHalf(0.125f * ((i * 3 + tag) % 7));
+    }
+    WriteTag(q.data(), tag);
+  }
+  std::vector<Half> q, k, v;
+};
+
+std::vector<std::uint16_t> Bits(const std::vector<Half>& h) {
+  std::vector<std::uint16_t> out(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) out[i] = h[i].bits;
+  return out;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Make(SchedulerOptions options, FakeExecutorOptions executor_options = {}) {
+    executor_ = std::make_unique<FakeExecutor>(std::move(executor_options));
+    ASSERT_TRUE(executor_->CreateSequences(64).ok());
+    auto created = Scheduler::Create(options, executor_.get(), &clock_);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    scheduler_ = std::move(created).value();
+  }
+
+  const ModelShape& shape() const { return executor_->shape(); }
+
+  DecodeRequest Request(std::uint64_t tag, runtime::SequenceId seq, int layer = 0,
+                        int priority = 0) {
+    data_.emplace_back(shape(), tag);
+    DecodeRequest r;
+    r.sequence_id = seq;
+    r.layer = layer;
+    r.priority = priority;
+    r.q = data_.back().q;
+    r.k = data_.back().k;
+    r.v = data_.back().v;
+    return r;
+  }
+
+  std::future<DecodeResult> SubmitOk(const DecodeRequest& r) {
+    auto s = scheduler_->Submit(r);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s->result) : std::future<DecodeResult>();
+  }
+
+  // Tags of every recorded batch, in order.
+  std::vector<std::vector<std::uint64_t>> BatchTags() const {
+    std::vector<std::vector<std::uint64_t>> out;
+    for (const RecordedBatch& b : executor_->batches()) {
+      out.emplace_back();
+      for (const auto& r : b.requests) out.back().push_back(r.tag);
+    }
+    return out;
+  }
+
+  static bool Ready(std::future<DecodeResult>& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  // Waits for a result the test expects to come (bounded so that a bug fails, never hangs).
+  static DecodeResult Get(std::future<DecodeResult>& f) {
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    return f.get();
+  }
+
+  ManualClock clock_;
+  std::deque<RequestData> data_;
+  std::unique_ptr<FakeExecutor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;  // destroyed first
+};
+
+SchedulerOptions WindowOptions(int max_batch, microseconds delay) {
+  SchedulerOptions o;
+  o.max_batch_size = max_batch;
+  o.max_queue_delay = delay;
+  return o;
+}
+
+FakeExecutorOptions Buckets(std::vector<int> buckets, int max_in_flight = 2) {
+  FakeExecutorOptions o;
+  o.buckets = std::move(buckets);
+  o.max_in_flight = max_in_flight;
+  return o;
+}
+
+// ---- options and intake validation ------------------------------------------------------------
+
+TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
+  FakeExecutor executor(Buckets({1, 2, 4, 8, 16, 32, 64, 128}));
+  struct Case {
+    const char* field;
+    std::function<void(SchedulerOptions&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"max_batch_size", [](SchedulerOptions& o) { o.max_batch_size = 0; }},
+      {"max_batch_size", [](SchedulerOptions& o) { o.max_batch_size = 129; }},
+      {"min_batch_size", [](SchedulerOptions& o) { o.min_batch_size = 33; }},
+      {"min_batch_size", [](SchedulerOptions& o) { o.min_batch_size = -1; }},
+      {"max_queue_delay", [](SchedulerOptions& o) { o.max_queue_delay = microseconds(-1); }},
+      {"max_queue_size", [](SchedulerOptions& o) { o.max_queue_size = 0; }},
+      {"default_timeout", [](SchedulerOptions& o) { o.default_timeout = microseconds(-5); }},
+      {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 0; }},
+      {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 17; }},
+      {"completion_threads", [](SchedulerOptions& o) { o.completion_threads = 0; }},
+  };
+  for (const Case& c : cases) {
+    SchedulerOptions o;
+    c.mutate(o);
+    auto s = Scheduler::Create(o, &executor);
+    ASSERT_FALSE(s.ok()) << c.field;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(c.field), std::string::npos) << s.status().ToString();
+  }
+  EXPECT_FALSE(Scheduler::Create(SchedulerOptions{}, nullptr).ok());
+  EXPECT_TRUE(Scheduler::Create(SchedulerOptions{}, &executor).ok());
+}
+
+TEST_F(SchedulerTest, MalformedRequestsAreRejectedNamingTheFieldAndNothingIsEnqueued) {
+  SchedulerOptions o = WindowOptions(8, microseconds(0));
+  o.default_timeout = microseconds(1000);
+  o.check_finite = true;
+  Make(o);
+  struct Case {
+    const char* expect;
+    StatusCode code;
+    RejectReason reason;
+    std::function<void(DecodeRequest&)> mutate;
+  };
+  std::vector<Half> short_buffer(7);
+  const std::vector<Case> cases = {
+      {"q has 7 elements, expected H*D = 256", StatusCode::kInvalidArgument,
+       RejectReason::kInvalidArgument, [&](DecodeRequest& r) { r.q = short_buffer; }},
+      {"k has 7 elements, expected Hkv*D = 128", StatusCode::kInvalidArgument,
+       RejectReason::kInvalidArgument, [&](DecodeRequest& r) { r.k = short_buffer; }},
+      {"v has 7 elements", StatusCode::kInvalidArgument, RejectReason::kInvalidArgument,
+       [&](DecodeRequest& r) { r.v = short_buffer; }},
+      {"layer 4 out of range [0, 4)", StatusCode::kInvalidArgument,
+       RejectReason::kInvalidArgument, [](DecodeRequest& r) { r.layer = 4; }},
+      {"layer -1", StatusCode::kInvalidArgument, RejectReason::kInvalidArgument,
+       [](DecodeRequest& r) { r.layer = -1; }},
+      {"priority 2 out of range [0, 2)", StatusCode::kInvalidArgument,
+       RejectReason::kInvalidArgument, [](DecodeRequest& r) { r.priority = 2; }},
+      {"timeout 2000us exceeds default_timeout 1000us", StatusCode::kInvalidArgument,
+       RejectReason::kInvalidArgument, [](DecodeRequest& r) { r.timeout = microseconds(2000); }},
+      {"timeout 0us must be > 0", StatusCode::kInvalidArgument, RejectReason::kInvalidArgument,
+       [](DecodeRequest& r) { r.timeout = microseconds(0); }},
+      {"sequence_id 999 is unknown", StatusCode::kNotFound, RejectReason::kUnknownSequence,
+       [](DecodeRequest& r) { r.sequence_id = 999; }},
+  };
+  int rejected = 0;
+  for (const Case& c : cases) {
+    DecodeRequest r = Request(1, 3);
+    c.mutate(r);
+    auto s = scheduler_->Submit(r);
+    ASSERT_FALSE(s.ok()) << c.expect;
+    EXPECT_EQ(s.status().code(), c.code) << s.status().ToString();
+    EXPECT_NE(s.status().message().find(c.expect), std::string::npos) << s.status().ToString();
+    ++rejected;
+  }
+  // Non-finite values, one per tensor.
+  for (const char* field : {"q", "k", "v"}) {
+    DecodeRequest r = Request(2, 3);
+    RequestData& d = data_.back();
+    std::vector<Half>& t = field[0] == 'q' ? d.q : field[0] == 'k' ? d.k : d.v;
+    t[5] = FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+    if (field[0] == 'v') t[5] = FloatToHalf(std::numeric_limits<float>::infinity());
+    auto s = scheduler_->Submit(r);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(std::string(field) + " holds a non-finite value at element 5"),
+              std::string::npos)
+        << s.status().ToString();
+  }
+  scheduler_->SyncForTesting();
+  MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.submitted, 0u);
+  EXPECT_EQ(m.pending, 0);
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kInvalidArgument)], 8u);
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kUnknownSequence)], 1u);
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kNonFinite)], 3u);
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  // A good request still goes through.
+  auto f = SubmitOk(Request(3, 3));
+  EXPECT_TRUE(Get(f).status.ok());
+}
+
+TEST_F(SchedulerTest, NonFiniteValuesPassWhenTheCheckIsOff) {
+  Make(WindowOptions(8, microseconds(0)));
+  DecodeRequest r = Request(1, 1);
+  data_.back().k[0] = FloatToHalf(std::numeric_limits<float>::infinity());
+  auto f = SubmitOk(r);
+  EXPECT_TRUE(Get(f).status.ok());
+}
+
+TEST_F(SchedulerTest, InputsAreCopiedAtSubmitAndOutputsRouted) {
+  Make(WindowOptions(8, microseconds(1000)));
+  // Result in DecodeResult (no destination), with LSE.
+  DecodeRequest a = Request(11, 1, 2);
+  a.want_lse = true;
+  const std::vector<std::uint16_t> a_q = Bits(data_.back().q);
+  auto fa = SubmitOk(a);
+  std::fill(data_.back().q.begin(), data_.back().q.end(), Half{0x7e00});  // caller reuses buffers
+  // Result written to caller-given destinations.
+  DecodeRequest b = Request(12, 2, 3);
+  std::vector<Half> out(data_.back().q.size(), Half{0xffff});
+  std::vector<float> lse(shape().num_q_heads, -1.0f);
+  b.out = out.data();
+  b.lse = lse.data();
+  const std::vector<std::uint16_t> b_q = Bits(data_.back().q);
+  auto fb = SubmitOk(b);
+  scheduler_->Drain();
+
+  DecodeResult ra = Get(fa);
+  ASSERT_TRUE(ra.status.ok()) << ra.status.ToString();
+  EXPECT_EQ(Bits(ra.output), a_q);
+  ASSERT_EQ(ra.lse.size(), static_cast<std::size_t>(shape().num_q_heads));
+  for (int h = 0; h < shape().num_q_heads; ++h) EXPECT_EQ(ra.lse[h], 2 * 1000 + h);
+
+  DecodeResult rb = Get(fb);
+  ASSERT_TRUE(rb.status.ok());
+  EXPECT_TRUE(rb.output.empty());
+  EXPECT_TRUE(rb.lse.empty());
+  EXPECT_EQ(Bits(out), b_q);
+  for (int h = 0; h < shape().num_q_heads; ++h) EXPECT_EQ(lse[h], 3 * 1000 + h);
+}
+
+// ---- batching window --------------------------------------------------------------------------
+
+TEST_F(SchedulerTest, FullBucketDispatchesImmediately) {
+  Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 8; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(clock_.Now(), 0);  // no time passed
+}
+
+TEST_F(SchedulerTest, PartialBatchWaitsForTheDelayThenGoesWhole) {
+  Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  clock_.Advance(microseconds(60));
+  f.push_back(SubmitOk(Request(3, 3)));  // joins the waiting batch
+  scheduler_->SyncForTesting();
+  clock_.Advance(microseconds(39));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  EXPECT_FALSE(Ready(f[0]));
+  clock_.Advance(microseconds(1));  // the oldest has now waited exactly max_queue_delay
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3}}));
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  // Queue delay recorded in clock time: 100 us for three requests, 40 us for the late one.
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.queue_delay_ns.count, 4u);
+  EXPECT_EQ(m.queue_delay_ns.max, 100'000u);
+  EXPECT_EQ(m.queue_delay_ns.sum, 3 * 100'000u + 40'000u);
+  EXPECT_EQ(m.batch_size.max, 4u);
+}
+
+TEST_F(SchedulerTest, BeyondAFullBucketTheRestWaitsForItsOwnWindow) {
+  Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 10; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(BatchTags().size(), 1u);
+  EXPECT_EQ(BatchTags()[0].size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(Get(f[i]).status.ok());
+  EXPECT_FALSE(Ready(f[8]));
+  clock_.Advance(microseconds(100));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(BatchTags().size(), 2u);
+  EXPECT_EQ(BatchTags()[1], (std::vector<std::uint64_t>{8, 9}));
+  for (int i = 8; i < 10; ++i) EXPECT_TRUE(Get(f[i]).status.ok());
+}
+
+TEST_F(SchedulerTest, ZeroDelayDispatchesWhatIsThere) {
+  Make(WindowOptions(8, microseconds(0)), Buckets({1, 2, 4, 8}));
+  auto f = SubmitOk(Request(5, 5));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{5}}));
+  EXPECT_TRUE(Get(f).status.ok());
+}
+
+TEST_F(SchedulerTest, MinBatchSizeIsHonouredOnlyWithinTheDelay) {
+  SchedulerOptions o = WindowOptions(8, microseconds(100));
+  o.min_batch_size = 4;
+  Make(o, Buckets({1, 2, 4, 8}));
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);  // 3 < min_batch_size
+  f.push_back(SubmitOk(Request(3, 3)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3}}));  // preferred 4
+  for (int i = 4; i < 6; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 1);  // 2 < min_batch_size: wait
+  clock_.Advance(microseconds(100));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(BatchTags().size(), 2u);
+  EXPECT_EQ(BatchTags()[1], (std::vector<std::uint64_t>{4, 5}));  // past the delay: goes anyway
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+}
+
+// ---- queue policy -----------------------------------------------------------------------------
+
+TEST_F(SchedulerTest, StrictPriorityThenFifoWithinALevel) {
+  SchedulerOptions o = WindowOptions(4, microseconds(0));
+  o.num_priority_levels = 3;
+  Make(o, Buckets({1, 2, 4}, /*max_in_flight=*/1));
+  executor_->Pause();
+  std::vector<std::future<DecodeResult>> f;
+  f.push_back(SubmitOk(Request(100, 0)));  // occupies the only in-flight slot
+  executor_->WaitForSubmitted(1);
+  f.push_back(SubmitOk(Request(1, 1, 0, /*priority=*/2)));
+  f.push_back(SubmitOk(Request(2, 2, 0, 2)));
+  f.push_back(SubmitOk(Request(3, 3, 0, 1)));
+  f.push_back(SubmitOk(Request(4, 4, 0, 0)));
+  f.push_back(SubmitOk(Request(5, 5, 0, 2)));
+  f.push_back(SubmitOk(Request(6, 6, 0, 0)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(scheduler_->Metrics().pending, 6);
+  executor_->Resume();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(BatchTags(),
+            (std::vector<std::vector<std::uint64_t>>{{100}, {4, 6, 3, 1}, {2, 5}}));
+}
+
+TEST_F(SchedulerTest, RequestsPastTheirDeadlineCompleteWithDeadlineExceeded) {
+  SchedulerOptions o = WindowOptions(8, microseconds(10'000));
+  o.default_timeout = microseconds(1000);
+  Make(o);
+  auto a = SubmitOk(Request(1, 1));
+  DecodeRequest rb = Request(2, 2);
+  rb.timeout = microseconds(200);
+  auto b = SubmitOk(rb);
+  scheduler_->SyncForTesting();
+  clock_.Advance(microseconds(199));
+  scheduler_->SyncForTesting();
+  EXPECT_FALSE(Ready(b));
+  clock_.Advance(microseconds(1));
+  scheduler_->SyncForTesting();
+  DecodeResult result_b = Get(b);
+  EXPECT_EQ(result_b.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result_b.status.message().find("deadline of 200us"), std::string::npos)
+      << result_b.status.ToString();
+  EXPECT_FALSE(Ready(a));
+  clock_.Advance(microseconds(800));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Get(a).status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.timed_out, 2u);
+  EXPECT_EQ(m.pending, 0);
+  EXPECT_EQ(m.latency_ns.count, 2u);
+}
+
+TEST_F(SchedulerTest, DeadlinesFireWhileEveryInFlightSlotIsBusy) {
+  SchedulerOptions o = WindowOptions(1, microseconds(0));
+  o.default_timeout = microseconds(500);
+  Make(o, Buckets({1}, /*max_in_flight=*/1));
+  executor_->Pause();
+  auto running = SubmitOk(Request(1, 1));
+  executor_->WaitForSubmitted(1);
+  auto waiting = SubmitOk(Request(2, 2));
+  scheduler_->SyncForTesting();
+  clock_.Advance(microseconds(500));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Get(waiting).status.code(), StatusCode::kDeadlineExceeded);
+  executor_->Resume();
+  // Dispatched before its deadline: runs to completion although the deadline has passed.
+  EXPECT_TRUE(Get(running).status.ok());
+}
+
+TEST_F(SchedulerTest, CancelBeforeDispatchCompletesWithCancelled) {
+  Make(WindowOptions(8, microseconds(10'000)));
+  auto a = scheduler_->Submit(Request(1, 1));
+  auto b = scheduler_->Submit(Request(2, 2));
+  ASSERT_TRUE(a.ok() && b.ok());
+  scheduler_->SyncForTesting();
+  EXPECT_TRUE(scheduler_->Cancel(a->handle));
+  DecodeResult ra = Get(a->result);
+  EXPECT_EQ(ra.status.code(), StatusCode::kCancelled);
+  EXPECT_FALSE(scheduler_->Cancel(a->handle));  // false once completed
+  clock_.Advance(microseconds(10'000));
+  scheduler_->SyncForTesting();
+  EXPECT_TRUE(Get(b->result).status.ok());
+  EXPECT_FALSE(scheduler_->Cancel(b->handle));  // completed
+  EXPECT_FALSE(scheduler_->Cancel(RequestHandle()));
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{2}}));
+  EXPECT_EQ(scheduler_->Metrics().cancelled, 1u);
+}
+
+TEST_F(SchedulerTest, CancelAfterDispatchReturnsFalseAndTheRequestCompletes) {
+  Make(WindowOptions(1, microseconds(0)), Buckets({1}, 1));
+  executor_->Pause();
+  auto a = scheduler_->Submit(Request(1, 1));
+  ASSERT_TRUE(a.ok());
+  executor_->WaitForSubmitted(1);
+  EXPECT_FALSE(scheduler_->Cancel(a->handle));
+  executor_->Resume();
+  EXPECT_TRUE(Get(a->result).status.ok());
+}
+
+TEST_F(SchedulerTest, CancelledHandleOfARecycledSlotDoesNotTouchTheNewRequest) {
+  Make(WindowOptions(1, microseconds(0)), Buckets({1}, 1));
+  auto a = scheduler_->Submit(Request(1, 1));
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(Get(a->result).status.ok());
+  // Later requests may reuse a's slot; a's stale handle must not cancel them.
+  executor_->Pause();
+  std::vector<Submission> later;
+  for (int i = 0; i < 40; ++i) {
+    auto s = scheduler_->Submit(Request(10 + i, 2 + i % 30));
+    ASSERT_TRUE(s.ok());
+    later.push_back(std::move(s).value());
+  }
+  EXPECT_FALSE(scheduler_->Cancel(a->handle));
+  executor_->Resume();
+  for (auto& s : later) EXPECT_TRUE(Get(s.result).status.ok());
+}
+
+TEST_F(SchedulerTest, QueueFullIsRejectedAtSubmitWithResourceExhausted) {
+  SchedulerOptions o = WindowOptions(8, microseconds(10'000));
+  o.max_queue_size = 4;
+  Make(o);
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 4; ++i) f.push_back(SubmitOk(Request(i, i)));
+  auto full = scheduler_->Submit(Request(9, 9));
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("max_queue_size = 4"), std::string::npos);
+  clock_.Advance(microseconds(10'000));
+  scheduler_->SyncForTesting();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  auto again = SubmitOk(Request(10, 10));  // room again once dispatched
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kQueueFull)], 1u);
+  EXPECT_EQ(m.submitted, 5u);
+}
+
+// ---- ordering and pipelining ------------------------------------------------------------------
+
+TEST_F(SchedulerTest, NeverTwoRequestsOfOneSequenceAndLayerInABatch) {
+  Make(WindowOptions(8, microseconds(0)), Buckets({1, 2, 4, 8}, 1));
+  executor_->Pause();
+  std::vector<std::future<DecodeResult>> f;
+  f.push_back(SubmitOk(Request(100, 9)));
+  executor_->WaitForSubmitted(1);
+  f.push_back(SubmitOk(Request(1, 1, 0)));
+  f.push_back(SubmitOk(Request(2, 1, 0)));
+  f.push_back(SubmitOk(Request(3, 1, 0)));
+  f.push_back(SubmitOk(Request(4, 1, 1)));  // same sequence, other layer: may share
+  f.push_back(SubmitOk(Request(5, 2, 0)));
+  f.push_back(SubmitOk(Request(6, 2, 0)));
+  scheduler_->SyncForTesting();
+  executor_->Resume();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(BatchTags(),
+            (std::vector<std::vector<std::uint64_t>>{{100}, {1, 4, 5}, {2, 6}, {3}}));
+  EXPECT_EQ(executor_->duplicate_key_batches(), 0);
+}
+
+TEST_F(SchedulerTest, KeepsUpToMaxInFlightBatchesRunning) {
+  Make(WindowOptions(1, microseconds(0)), Buckets({1}, /*max_in_flight=*/2));
+  executor_->Pause();
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 5; ++i) f.push_back(SubmitOk(Request(i, i)));
+  executor_->WaitForSubmitted(2);
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 2);  // batch 2 formed while batch 1 runs, no third
+  EXPECT_EQ(executor_->in_flight(), 2);
+  MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.in_flight_batches, 2);
+  EXPECT_EQ(m.in_flight_requests, 2);
+  EXPECT_EQ(m.pending, 3);
+  executor_->Resume();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(executor_->max_in_flight_seen(), 2);
+  EXPECT_EQ(executor_->submitted_batches(), 5);
+}
+
+// ---- completion -------------------------------------------------------------------------------
+
+TEST_F(SchedulerTest, ACallbackThatThrowsIsCaughtAndOthersStillComplete) {
+  Make(WindowOptions(8, microseconds(0)));
+  std::atomic<int> calls{0};
+  auto a = scheduler_->Submit(Request(1, 1), [&](DecodeResult r) {
+    calls.fetch_add(1);
+    EXPECT_TRUE(r.status.ok());
+    throw std::runtime_error("callback failure");
+  });
+  ASSERT_TRUE(a.ok());
+  auto b = scheduler_->Submit(Request(2, 2), [&](DecodeResult) { throw 42; });
+  ASSERT_TRUE(b.ok());
+  scheduler_->Drain();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(scheduler_->Metrics().completed, 2u);
+}
+
+TEST_F(SchedulerTest, ABlockingCallbackDoesNotStallBatching) {
+  SchedulerOptions o = WindowOptions(1, microseconds(0));
+  o.completion_threads = 1;  // the blocked callback holds the only completion thread
+  Make(o, Buckets({1}));
+  std::promise<void> entered, release;
+  auto released = release.get_future().share();
+  auto a = scheduler_->Submit(Request(1, 1), [&, released](DecodeResult) {
+    entered.set_value();
+    released.wait();
+  });
+  ASSERT_TRUE(a.ok());
+  entered.get_future().wait();
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 6; ++i) f.push_back(SubmitOk(Request(10 + i, 10 + i)));
+  executor_->WaitForSubmitted(7);  // every batch still reached the executor
+  EXPECT_FALSE(Ready(f.back()));   // its result waits behind the blocked callback
+  release.set_value();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+}
+
+TEST_F(SchedulerTest, ExecutorFailuresReachEveryAffectedRequestAndOnlyThose) {
+  Make(WindowOptions(2, microseconds(0)), Buckets({1, 2}, 1));
+  executor_->FailNextSubmit(InternalError("device lost"));
+  auto a = SubmitOk(Request(1, 1));
+  DecodeResult ra = Get(a);
+  EXPECT_EQ(ra.status, InternalError("device lost"));
+  EXPECT_TRUE(ra.output.empty());
+  executor_->FailSequence(7, ResourceExhaustedError("sequence 7 full"));
+  executor_->Pause();
+  auto hold = SubmitOk(Request(2, 2));
+  executor_->WaitForSubmitted(1);
+  auto bad = SubmitOk(Request(3, 7));
+  auto good = SubmitOk(Request(4, 8));
+  scheduler_->SyncForTesting();
+  executor_->Resume();
+  EXPECT_TRUE(Get(hold).status.ok());
+  EXPECT_EQ(Get(bad).status.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Get(good).status.ok());
+  EXPECT_EQ(BatchTags().back(), (std::vector<std::uint64_t>{3, 4}));  // they shared a batch
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.completed, 4u);
+  EXPECT_EQ(m.failed, 2u);
+}
+
+// ---- drain and shutdown -----------------------------------------------------------------------
+
+TEST_F(SchedulerTest, DrainFinishesEverythingAdmittedWithoutWaitingForTheWindow) {
+  Make(WindowOptions(8, microseconds(1'000'000)));
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  scheduler_->Drain();  // the manual clock never moves: the window is bypassed
+  for (auto& x : f) {
+    ASSERT_TRUE(Ready(x));
+    EXPECT_TRUE(x.get().status.ok());
+  }
+  auto late = scheduler_->Submit(Request(9, 9));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(scheduler_->Metrics().rejected[static_cast<int>(RejectReason::kClosed)], 1u);
+  scheduler_->Shutdown();  // after Drain: nothing left to fail
+  EXPECT_EQ(scheduler_->Metrics().shut_down, 0u);
+}
+
+TEST_F(SchedulerTest, ShutdownFailsQueuedRequestsAndWaitsForInFlightOnes) {
+  Make(WindowOptions(1, microseconds(0)), Buckets({1}, 1));
+  executor_->Pause();
+  auto running = SubmitOk(Request(1, 1));
+  executor_->WaitForSubmitted(1);
+  std::vector<std::future<DecodeResult>> queued;
+  for (int i = 0; i < 3; ++i) queued.push_back(SubmitOk(Request(10 + i, 10 + i)));
+  std::thread stopper([&] { scheduler_->Shutdown(); });
+  for (auto& x : queued) {
+    DecodeResult r = Get(x);
+    EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+  }
+  EXPECT_FALSE(Ready(running));  // Shutdown is waiting for it
+  executor_->Resume();
+  stopper.join();
+  EXPECT_TRUE(Ready(running));
+  EXPECT_TRUE(running.get().status.ok());
+  EXPECT_EQ(scheduler_->Submit(Request(20, 20)).status().code(), StatusCode::kUnavailable);
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.shut_down, 3u);
+  EXPECT_EQ(m.completed, 1u);
+}
+
+TEST_F(SchedulerTest, DestructorShutsDownWithRequestsQueued) {
+  Make(WindowOptions(8, microseconds(1'000'000)));
+  auto f = SubmitOk(Request(1, 1));
+  scheduler_.reset();
+  ASSERT_TRUE(Ready(f));
+  EXPECT_EQ(f.get().status.code(), StatusCode::kUnavailable);
+}
+
+// ---- metrics ----------------------------------------------------------------------------------
+
+TEST_F(SchedulerTest, MetricsCountEveryOutcomeAndExportPrometheusText) {
+  SchedulerOptions o = WindowOptions(4, microseconds(50));
+  o.default_timeout = microseconds(1000);
+  Make(o, Buckets({1, 2, 4}));
+  std::vector<std::future<DecodeResult>> ok;
+  for (int i = 0; i < 6; ++i) ok.push_back(SubmitOk(Request(i, i)));  // 4 at once, 2 at 50 us
+  auto cancelled = scheduler_->Submit(Request(20, 20));
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_TRUE(scheduler_->Cancel(cancelled->handle));
+  EXPECT_FALSE(scheduler_->Submit(Request(21, 999)).ok());
+  scheduler_->SyncForTesting();
+  clock_.Advance(microseconds(50));
+  scheduler_->SyncForTesting();
+  for (auto& x : ok) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(Get(cancelled->result).status.code(), StatusCode::kCancelled);
+  scheduler_->Drain();
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.submitted, 7u);
+  EXPECT_EQ(m.completed, 6u);
+  EXPECT_EQ(m.cancelled, 1u);
+  EXPECT_EQ(m.rejected_total(), 1u);
+  EXPECT_EQ(m.batches, 2u);
+  EXPECT_EQ(m.batch_size.count, 2u);
+  EXPECT_EQ(m.batch_size.sum, 6u);
+  EXPECT_EQ(m.latency_ns.count, 7u);
+  EXPECT_EQ(m.queue_delay_ns.count, 6u);
+  EXPECT_EQ(m.executor_time_ns.count, 2u);
+  EXPECT_EQ(m.pending, 0);
+  EXPECT_EQ(m.in_flight_batches, 0);
+  const std::string text = scheduler_->PrometheusText();
+  EXPECT_NE(text.find("attnrt_scheduler_requests_submitted_total 7\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("attnrt_scheduler_batches_total 2\n"), std::string::npos);
+  EXPECT_NE(text.find("attnrt_scheduler_batch_size_sum 6\n"), std::string::npos);
+  EXPECT_NE(text.find("attnrt_scheduler_queue_delay_seconds_count 6\n"), std::string::npos);
+}
+
+// ---- concurrency: exactly once ------------------------------------------------------------------
+
+#if defined(__SANITIZE_THREAD__)
+constexpr int kRequestsPerProducer = 5'000;  // TSan runs ~10-20x slower
+#else
+constexpr int kRequestsPerProducer = 100'000;
+#endif
+
+// 8 producers (half with producer tokens) submit with random layers, priorities, cancellations
+// and a few tight timeouts; every accepted request must complete exactly once with OK,
+// Cancelled (iff Cancel returned true) or DeadlineExceeded, and per-(sequence, layer) order must
+// hold in the executor's batches.
+TEST(SchedulerConcurrencyTest, EveryRequestCompletesExactlyOnce) {
+  constexpr int kProducers = 8;
+  constexpr int kTotal = kProducers * kRequestsPerProducer;
+  FakeExecutorOptions eo;
+  eo.record = false;
+  eo.max_sequences = 1024;
+  FakeExecutor executor(eo);
+  ASSERT_TRUE(executor.CreateSequences(1024).ok());
+  SchedulerOptions o;
+  o.max_batch_size = 32;
+  o.max_queue_delay = microseconds(50);
+  o.max_queue_size = 1 << 14;
+  o.num_priority_levels = 2;
+  o.default_timeout = microseconds(10'000'000);
+  auto created = Scheduler::Create(o, &executor);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+
+  std::vector<std::atomic<std::uint8_t>> completions(kTotal);
+  std::vector<std::atomic<std::uint8_t>> outcome(kTotal);  // 1 ok, 2 cancelled, 3 deadline
+  std::vector<std::uint8_t> cancel_accepted(kTotal, 0);
+  std::atomic<std::int64_t> queue_full_retries{0};
+  std::atomic<int> wrong_output{0};
+  const ModelShape shape = executor.shape();
+
+  auto produce = [&](int p) {
+    std::unique_ptr<Scheduler::Producer> producer;
+    if (p % 2 == 0) producer = scheduler->CreateProducer();
+    std::mt19937 rng(p);
+    RequestData data(shape, 0);
+    for (int i = 0; i < kRequestsPerProducer; ++i) {
+      const int id = p * kRequestsPerProducer + i;
+      WriteTag(data.q.data(), id);
+      DecodeRequest r;
+      r.sequence_id = rng() % 1024;
+      r.layer = static_cast<int>(rng() % shape.num_layers);
+      r.priority = static_cast<int>(rng() % 2);
+      if (rng() % 64 == 0) r.timeout = microseconds(1 + rng() % 20);
+      r.q = data.q;
+      r.k = data.k;
+      r.v = data.v;
+      DoneCallback done = [&, id](DecodeResult result) {
+        completions[id].fetch_add(1, std::memory_order_relaxed);
+        std::uint8_t kind = 0;
+        if (result.status.ok()) {
+          kind = 1;
+          if (ReadTag(result.output.data()) != static_cast<std::uint64_t>(id)) wrong_output++;
+        } else if (result.status.code() == StatusCode::kCancelled) {
+          kind = 2;
+        } else if (result.status.code() == StatusCode::kDeadlineExceeded) {
+          kind = 3;
+        }
+        outcome[id].store(kind, std::memory_order_relaxed);
+      };
+      while (true) {
+        auto s = producer ? producer->Submit(r, done) : scheduler->Submit(r, done);
+        if (s.ok()) {
+          if (rng() % 16 == 0 && scheduler->Cancel(*s)) cancel_accepted[id] = 1;
+          break;
+        }
+        ASSERT_EQ(s.status().code(), StatusCode::kResourceExhausted) << s.status().ToString();
+        queue_full_retries.fetch_add(1, std::memory_order_relaxed);
+        std::this_thread::yield();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kProducers; ++p) threads.emplace_back(produce, p);
+  for (auto& t : threads) t.join();
+  scheduler->Drain();
+
+  int ok = 0, cancelled = 0, deadline = 0;
+  for (int id = 0; id < kTotal; ++id) {
+    ASSERT_EQ(completions[id].load(), 1) << "request " << id;
+    const int kind = outcome[id].load();
+    ASSERT_NE(kind, 0) << "request " << id << " completed with an unexpected status";
+    ASSERT_EQ(kind == 2, cancel_accepted[id] == 1) << "request " << id;
+    ok += kind == 1;
+    cancelled += kind == 2;
+    deadline += kind == 3;
+  }
+  EXPECT_EQ(wrong_output.load(), 0);
+  EXPECT_EQ(executor.duplicate_key_batches(), 0);
+  const MetricsSnapshot m = scheduler->Metrics();
+  EXPECT_EQ(m.submitted, static_cast<std::uint64_t>(kTotal));
+  EXPECT_EQ(m.completed, static_cast<std::uint64_t>(ok));
+  EXPECT_EQ(m.cancelled, static_cast<std::uint64_t>(cancelled));
+  EXPECT_EQ(m.timed_out, static_cast<std::uint64_t>(deadline));
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kQueueFull)],
+            static_cast<std::uint64_t>(queue_full_retries.load()));
+  EXPECT_EQ(m.latency_ns.count, static_cast<std::uint64_t>(kTotal));
+  EXPECT_GT(ok, kTotal / 2);
+  std::printf("exactly-once: %d requests: %d ok, %d cancelled, %d deadline, %lld queue-full "
+              "retries, %llu batches (mean %.1f)\n",
+              kTotal, ok, cancelled, deadline,
+              static_cast<long long>(queue_full_retries.load()),
+              static_cast<unsigned long long>(m.batches), m.batch_size.Mean());
+}
+
+// Per-(sequence, layer) order under concurrency: one producer per sequence submits its steps in
+// order; the executor must see each (sequence, layer)'s steps in submission order.
+TEST(SchedulerConcurrencyTest, PerSequenceOrderHoldsAcrossBatches) {
+  constexpr int kSequences = 8;
+  constexpr int kSteps = 2000;
+  FakeExecutorOptions eo;
+  FakeExecutor executor(eo);
+  ASSERT_TRUE(executor.CreateSequences(kSequences).ok());
+  SchedulerOptions o;
+  o.max_batch_size = 16;
+  o.max_queue_delay = microseconds(20);
+  o.max_queue_size = kSequences * kSteps;
+  auto created = Scheduler::Create(o, &executor);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kSequences; ++s) {
+    threads.emplace_back([&, s] {
+      RequestData data(executor.shape(), 0);
+      for (int step = 0; step < kSteps; ++step) {
+        WriteTag(data.q.data(), static_cast<std::uint64_t>(s) << 32 | step);
+        DecodeRequest r;
+        r.sequence_id = s;
+        r.layer = step % 2;  // both layers of a sequence interleave
+        r.q = data.q;
+        r.k = data.k;
+        r.v = data.v;
+        ASSERT_TRUE(scheduler->Submit(r, [](DecodeResult) {}).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  scheduler->Drain();
+  std::map<std::pair<runtime::SequenceId, int>, std::int64_t> last;
+  std::size_t seen = 0;
+  for (const RecordedBatch& b : executor.batches()) {
+    for (const auto& r : b.requests) {
+      const std::int64_t step = static_cast<std::int64_t>(r.tag & 0xffffffffu);
+      auto [it, inserted] = last.try_emplace({r.sequence_id, r.layer}, -1);
+      ASSERT_GT(step, it->second) << "sequence " << r.sequence_id << " layer " << r.layer;
+      it->second = step;
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, static_cast<std::size_t>(kSequences * kSteps));
+  EXPECT_EQ(executor.duplicate_key_batches(), 0);
+}
+
+}  // namespace
+}  // namespace attnrt::scheduler
