@@ -261,7 +261,18 @@ def study1(rows, figdir):
     md += ["![square scaling](gemm_studies/study1_square_scaling.png)", "",
            "![speedup over iterative](gemm_studies/study1_speedup.png)", "",
            "![llama ratios](gemm_studies/study1_llama.png)", ""]
+    launch_us = [res[k]["iterative"]["wall_us"] / kv(k[2])["H"] for k in res
+                 if k[0] == "llama_decode" and kv(k[2])["T"] == 1024 and "iterative" in res[k]]
+    fp16_1024 = [ratio(res[k]["iterative"]["gpu_us"], res[k]["pointer_batched"]["gpu_us"])
+                 for k in res if k[0] == "square" and k[1] == "fp16" and kv(k[2])["N"] == 1024
+                 and kv(k[2])["k"] >= 64 and "iterative" in res[k] and "pointer_batched" in res[k]]
+    fp32_1024_gemm_us = [res[k]["iterative"]["gpu_us"] / kv(k[2])["k"] for k in res
+                         if k[0] == "square" and k[1] == "fp32" and kv(k[2])["N"] == 1024
+                         and "iterative" in res[k]]
     extra = {"wall_ratios": wall_ratios, "gpu_ratio_1024": gpu_ratio_1024,
+             "launch_us": min(launch_us) if launch_us else None,
+             "fp16_n1024_gpu": statistics.median(fp16_1024) if fp16_1024 else None,
+             "fp32_n1024_gemm_us": min(fp32_1024_gemm_us) if fp32_1024_gemm_us else None,
              "best_fp16_tflops": max((r.get("tflops", 0) for k, m in res.items() if k[1] == "fp16"
                                       for r in m.values()), default=None)}
     return md, headline, extra
@@ -298,13 +309,13 @@ def study2(rows, sdpa, figdir):
             for bxh in sorted(d):
                 r = d[bxh]
                 sp = ratio(base, r["per_query_gpu_us"])
-                trs.append([meth, r["B"], r["H"], bxh, fmt(r["gpu_us"], 2),
+                trs.append([meth, int(r["B"]), int(r["H"]), bxh, fmt(r["gpu_us"], 2),
                             fmt(r["per_query_gpu_us"], 3), fmt(sp, 1),
                             fmt(r.get("per_query_wall_us"), 2),
-                            fmt(r.get("ctas")) if "ctas" in r else "-",
+                            int(r["ctas"]) if "ctas" in r else "-",
                             fmt(r.get("ctas_per_sm"), 2) if "ctas_per_sm" in r else "-",
                             f"{r['max_diff']:.1e}"])
-                if bxh == 256:
+                if bxh == 256 and meth in ("fused", "gemm", "sdpa"):
                     head[(t, meth)] = sp
         md.append(f"### T = {t}")
         md.append("")
@@ -331,6 +342,10 @@ def study2(rows, sdpa, figdir):
     fig.savefig(os.path.join(figdir, "study2_batching.png"), dpi=70)
     plt.close(fig)
     md += ["![batching](gemm_studies/study2_batching.png)", ""]
+    diffs = [r["max_diff"] for d in data.values() for r in d.values() if "max_diff" in r]
+    t128 = {m: [r["gpu_us"] for r in data.get((128, m), {}).values()] for m in ("fused", "gemm")}
+    head["max_diff"] = max(diffs) if diffs else None
+    head["t128_us"] = t128
     return md, head
 
 
@@ -352,7 +367,11 @@ def study3(rows, figdir, peak_tflops):
               f"alone (GPU time, median of 5). Bytes: the fewest each stage must move (scores "
               f"read once by the softmax). %BW: bytes / time over the measured device-to-device "
               f"copy bandwidth ({fmt((copy_bw or 0) / 1e12, 2)} TB/s, read + write). AI = FLOPs / "
-              f"byte. softmax/matmul = softmax time over QKᵀ + PV time (seed 004: {SEED_SOFTMAX_RATIO}).")
+              f"byte. softmax/matmul = softmax time over QKᵀ + PV time (seed 004: {SEED_SOFTMAX_RATIO}). "
+              f"Each stage is timed repeatedly on the buffers the previous stage left, so where a "
+              f"stage's operands fit in the 50 MB L2 (B = 1, and B = 8 at T = 1024) it reads from "
+              f"L2, as it does inside the path right after the producing stage: %BW above 100% and "
+              f"points above the roof there are L2 bandwidth, not HBM.")
     md.append("")
     stages = ["gather", "qk", "softmax", "pv", "finalize"]
     trs = []
@@ -419,7 +438,9 @@ def study3(rows, figdir, peak_tflops):
         plt.close(fig)
         md += ["![stages](gemm_studies/study3_stages.png)", "",
                "![roofline](gemm_studies/study3_roofline.png)", ""]
-    return md, sm_ratios, copy_bw
+    gather_share = [m["gather"]["gpu_us"] / sum(m[x]["gpu_us"] for x in stages)
+                    for m in st.values() if all(x in m for x in stages)]
+    return md, sm_ratios, copy_bw, gather_share
 
 
 def targets(rows):
@@ -471,15 +492,18 @@ def main():
     if os.path.exists(os.path.join(args.raw, "record.txt")):
         with open(os.path.join(args.raw, "record.txt")) as f:
             record = f.read().strip()
-    for name in ("kernels_gemm_path_bench.json", "kernels_study_gemm_strategies_bench.json",
-                 "kernels_study_batching_bench.json", "sdpa_batching.json", "record.txt"):
+    logs = sorted(n for n in os.listdir(args.raw)
+                  if n.endswith(".log") and n.startswith(("test_", "sanitizer_")))
+    for name in ["kernels_gemm_path_bench.json", "kernels_study_gemm_strategies_bench.json",
+                 "kernels_study_batching_bench.json", "sdpa_batching.json", "record.txt"] + logs:
         src = os.path.join(args.raw, name)
         if os.path.exists(src):
             shutil.copy(src, os.path.join(figdir, name))
 
     s1, head1, extra1 = study1(strat_rows, figdir)
     s2, head2 = study2(batch_rows, sdpa, figdir)
-    s3, sm_ratios, copy_bw = study3(path_rows, figdir, extra1.get("best_fp16_tflops"))
+    s3, sm_ratios, copy_bw, gather_share = study3(path_rows, figdir,
+                                                  extra1.get("best_fp16_tflops"))
     tg, pt = targets(path_rows)
 
     def get(key, meth, what):
@@ -505,7 +529,7 @@ def main():
                        f"{fmt(min(g), 2)}–{fmt(max(g), 2)}×",
                        f"{SEED_LLAMA_PREFILL_GPU_N1024}×" if fam == "llama_prefill" else SEED_LLAMA_DECODE_GPU_N1024,
                        "A100 FP32"])
-    for (t, meth), sp in sorted(head2.items()):
+    for (t, meth), sp in sorted((k, v) for k, v in head2.items() if isinstance(k, tuple)):
         hl.append([f"per-query latency B×H 1 → 256, {meth}, T={t}", f"{fmt(sp, 1)}×",
                    f"{SEED_BATCHING}× (their flash kernel, S=128, D=64)", "L4"])
     if sm_ratios:
@@ -534,9 +558,69 @@ def main():
           "Generated by `bench/studies/make_gemm_report.py` from the JSON in `gemm_studies/` "
           "(run: `bench/studies/run_gemm_studies.sh` on the device machine).", "",
           "```", record, "```", "",
+          "The same run's GPU tests and compute-sanitizer logs: " +
+          (", ".join(f"`gemm_studies/{n}`" for n in logs) or "none") + ".", "",
           "## Headline ratios next to the published ones", "",
           table(["what", "ours (H100)", "published", "where / status"], hl), ""]
-    md += tg + s1 + s2 + s3
+    # Findings: the numbers above, read.
+    fd = ["## Findings", ""]
+    h1024 = head1.get(1024, {})
+    if extra1.get("launch_us") and extra1.get("fp32_n1024_gemm_us"):
+        fd.append(
+            f"- **Launch cost vs GEMM time decides the wall-clock ratio.** Here one cublasGemmEx "
+            f"costs about {extra1['launch_us']:.1f} µs of host time (decode rows: iterative wall / "
+            f"H), while one N=1024 FP32 GEMM runs {extra1['fp32_n1024_gemm_us']:.0f} µs on the "
+            f"device, so the square-matrix loop is never host-bound: its wall ratios equal its GPU "
+            f"ratios (≤ {fmt(h1024.get('wall_ptr_last'), 1)}× at N=1024, k={h1024.get('k_last')}). "
+            f"The seed's 20–330× wall ratios are not reproduced on this system; they imply a "
+            f"per-call cost far above a few µs (the seed does not say what its wall clock held).")
+    if h1024:
+        fd.append(
+            f"- **GPU time, square:** batched beats the loop by {fmt(h1024.get('gpu_ptr'), 2)}× at "
+            f"N=1024 in FP32 (seed: {SEED_SQUARE_GPU_N1024}× on an A100) and by "
+            f"{fmt(extra1.get('fp16_n1024_gpu'), 2)}× in FP16, where each GEMM is short enough for "
+            f"the gaps between dependent kernels to show; at N ≥ 2560 the strategies are within "
+            f"±10% (the seed saw batched 20–30% slower there).")
+    g = extra1["gpu_ratio_1024"].get("llama_decode")
+    if g:
+        fd.append(
+            f"- **Decode (GEMV) is where the loop hurts:** iterative/batched is "
+            f"{fmt(min(g), 1)}–{fmt(max(g), 1)}× in GPU time at T=1024 (each tiny dependent kernel "
+            f"costs a few µs of device time; seed: {SEED_LLAMA_DECODE_GPU_N1024}) and falls towards "
+            f"1.5× at T=16384 as the bytes of K dominate. Prefill stays at 1.2–1.8×.")
+    if head2.get((128, "fused")):
+        t128 = head2["t128_us"]
+        span = lambda v: f"{min(v):.0f}–{max(v):.0f} µs" if v else "-"  # noqa: E731
+        fd.append(
+            f"- **B×H batching:** at T=128 every path is launch-latency-bound (the fused kernel "
+            f"takes {span(t128['fused'])}, the GEMM path's five kernels {span(t128['gemm'])}, "
+            f"whatever B×H), so per-query latency falls almost exactly with B×H "
+            f"({fmt(head2.get((128, 'fused')), 0)}× fused at 256, above the seed's {SEED_BATCHING}× "
+            f"on an L4 whose kernel saturated near 350 CTAs). At T=4096 the KV bytes take over from "
+            f"B×H ≈ 32–128 on: {fmt(head2.get((4096, 'fused')), 1)}× fused, "
+            f"{fmt(head2.get((4096, 'gemm')), 1)}× GEMM path, {fmt(head2.get((4096, 'sdpa')), 1)}× "
+            f"SDPA. Largest max diff of any row: {head2['max_diff']:.1e} (seed: < 2e-3).")
+    if sm_ratios and gather_share:
+        vals = [v for _, v in sm_ratios]
+        fd.append(
+            f"- **Stage breakdown:** softmax is {100 * min(vals):.0f}–{100 * max(vals):.0f}% of the "
+            f"two GEMMs (seed 004: {SEED_SOFTMAX_RATIO}, GPT-2 prefill with T×T score matrices). In "
+            f"decode the softmax moves H·T·6 bytes per request against the GEMMs' Hkv·T·D·2, about "
+            f"3G/D of it; its share is large only where every stage is a few-µs launch. The gather "
+            f"is the largest stage ({100 * min(gather_share):.0f}–{100 * max(gather_share):.0f}% "
+            f"of the stages): it reads the pages and writes the workspace, the GEMMs then read the "
+            f"workspace again.")
+    fd.append(
+        "- **Targets.** The GEMM path moves the KV twice, pages → workspace → GEMMs, which is three "
+        "HBM passes (read the pages, write the workspace, read it back) against the fused kernel's "
+        "one read; at large batches its stages already run at 92–99% of the copy bandwidth, so its "
+        "floor is ~3× the fused kernel: the ≤ 1.3× target is out of reach for this design. The "
+        "≥ 50× wall-clock target against the per-head loop is likewise bounded by that floor: the "
+        "strided path's time is the 3-trip KV traffic, and on this system the loop's launches cost "
+        "~6 µs each (not the tens of µs the seed's ratios imply). Graph capture changes the GEMM "
+        "path's wall time by < 5% (it is GPU-bound at these sizes).")
+    fd.append("")
+    md += fd + tg + s1 + s2 + s3
     md += ["## Study 4 — launch-configuration sweep of the fused kernel", "",
            "Not run here: the fused kernel (kernels/decode_split_kv.cu) keeps its launch "
            "configuration (threads per CTA, KV tile, pipeline stages, minimum split length) as "

@@ -28,7 +28,8 @@ step() {  # step <seconds> <log name> <command...>
 {
   echo "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo +dirty)"
+  # The device machine's copy has no .git: the caller passes COMMIT.
+  echo "commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "nvcc: $(nvcc --version | tail -1)"
 } >"$stage/record.txt"
 cat "$stage/record.txt"
