@@ -53,7 +53,6 @@ void Histogram::Record(std::uint64_t value) {
   const int index =
       std::min<int>(BucketOf(value, sub_bucket_bits_), static_cast<int>(counts_.size()) - 1);
   counts_[index].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
   std::uint64_t seen = max_.load(std::memory_order_relaxed);
   while (value > seen &&
@@ -70,8 +69,6 @@ HistogramSnapshot Histogram::Snapshot() const {
     s.counts[i] = counts_[i].load(std::memory_order_relaxed);
     total += s.counts[i];
   }
-  // The bucket counts are the truth for percentiles; count_ may run ahead of them by records in
-  // progress, so the snapshot's count is their sum.
   s.count = total;
   s.sum = sum_.load(std::memory_order_relaxed);
   s.max = max_.load(std::memory_order_relaxed);
@@ -119,7 +116,6 @@ SchedulerMetrics::SchedulerMetrics()
 
 MetricsSnapshot SchedulerMetrics::Snapshot() const {
   MetricsSnapshot s;
-  s.submitted = submitted.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < rejected.size(); ++i) {
     s.rejected[i] = rejected[i].load(std::memory_order_relaxed);
   }

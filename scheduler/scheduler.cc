@@ -2,7 +2,7 @@
 // (drain intake, deadlines, cancellation, window, dispatch with pipelining) and completion on a
 // Boost.Asio pool. The semantics are documented in scheduler.h.
 //
-// Request accounting, in pipeline order: depth_ (admitted, not yet dispatched) -> in_flight_
+// Request accounting, in pipeline order: queue depth (admitted, not dispatched) -> in_flight_
 // (batches at the executor) -> completion_tasks_ (result groups posted to the pool, not yet
 // delivered). Each stage's counter is raised before the previous one is lowered, so "all three
 // are zero" means every admitted request has been delivered.
@@ -124,15 +124,17 @@ class Scheduler::Impl final : public ClockListener {
     }
 
     // Admission: counted before the closed check so that Drain/Shutdown, which set closed_ and
-    // then wait for depth_ to reach zero, cannot miss a request admitted concurrently.
-    const std::int64_t depth = depth_.fetch_add(1, std::memory_order_seq_cst) + 1;
+    // then wait for the queue depth to reach zero, cannot miss a request admitted concurrently.
+    const std::int64_t admitted = admitted_.fetch_add(1, std::memory_order_seq_cst) + 1;
+    const std::int64_t depth = admitted - refused_.load(std::memory_order_relaxed) -
+                               left_.load(std::memory_order_relaxed);
     if (closed_.load(std::memory_order_seq_cst)) {
-      LeaveQueue(1);
+      Refuse();
       metrics_.Reject(RejectReason::kClosed);
       return UnavailableError("scheduler is draining or shut down; request not accepted");
     }
     if (depth > options_.max_queue_size) {
-      LeaveQueue(1);
+      Refuse();
       metrics_.Reject(RejectReason::kQueueFull);
       return ResourceExhaustedError("queue full: max_queue_size = " +
                                     std::to_string(options_.max_queue_size) +
@@ -171,7 +173,6 @@ class Scheduler::Impl final : public ClockListener {
         internal::GenerationOf(slot->state.load(std::memory_order_relaxed));
     slot->state.store((generation << internal::kGenerationShift) | internal::kPhaseQueued,
                       std::memory_order_relaxed);
-    metrics_.submitted.fetch_add(1, std::memory_order_relaxed);
     const ClockNanos deadline = slot->deadline_ns;  // the slot is not ours after the enqueue
     if (producer != nullptr) {
       intake_.enqueue(producer->token, slot);
@@ -249,7 +250,9 @@ class Scheduler::Impl final : public ClockListener {
 
   MetricsSnapshot Metrics() const {
     MetricsSnapshot s = metrics_.Snapshot();
-    s.pending = depth_.load(std::memory_order_relaxed);
+    s.submitted = static_cast<std::uint64_t>(admitted_.load(std::memory_order_relaxed) -
+                                             refused_.load(std::memory_order_relaxed));
+    s.pending = Depth();
     s.in_flight_batches = in_flight_.load(std::memory_order_relaxed);
     return s;
   }
@@ -568,7 +571,12 @@ class Scheduler::Impl final : public ClockListener {
   void Deliver(Slot* slot, Status status, ClockNanos now) {
     DecodeResult result;
     if (status.ok()) {
-      if (slot->out_dest == nullptr) result.output.assign(slot->out, slot->out + q_elems_);
+      // resize + memcpy: Half is not trivial (default member initialiser), so assign() would
+      // copy element by element.
+      if (slot->out_dest == nullptr) {
+        result.output.resize(q_elems_);
+        std::memcpy(result.output.data(), slot->out, q_elems_ * sizeof(Half));
+      }
       if (slot->lse_dest == nullptr && slot->want_lse) {
         result.lse.assign(slot->lse, slot->lse + shape_.num_q_heads);
       }
@@ -639,8 +647,20 @@ class Scheduler::Impl final : public ClockListener {
 
   // ---- idle accounting -----------------------------------------------------------------------
 
+  // Requests admitted and not yet out of the queue (dispatched or finished).
+  std::int64_t Depth() const {
+    return admitted_.load(std::memory_order_seq_cst) - refused_.load(std::memory_order_seq_cst) -
+           left_.load(std::memory_order_seq_cst);
+  }
+  // A Submit that counted itself in admitted_ and then refused the request.
+  void Refuse() {
+    refused_.fetch_add(1, std::memory_order_seq_cst);
+    if (Depth() == 0) NotifyIdle();
+  }
+  // Batching thread only.
   void LeaveQueue(std::int64_t n) {
-    if (depth_.fetch_sub(n, std::memory_order_acq_rel) == n) NotifyIdle();
+    left_.fetch_add(n, std::memory_order_seq_cst);
+    if (Depth() == 0) NotifyIdle();
   }
 
   void FinishTask() {
@@ -653,7 +673,7 @@ class Scheduler::Impl final : public ClockListener {
   }
 
   bool Idle() const {
-    return depth_.load(std::memory_order_acquire) == 0 &&
+    return Depth() == 0 &&
            in_flight_.load(std::memory_order_acquire) == 0 &&
            completion_tasks_.load(std::memory_order_acquire) == 0;
   }
@@ -717,25 +737,30 @@ class Scheduler::Impl final : public ClockListener {
   IntakeQueue intake_;
   SchedulerMetrics metrics_;
 
-  // Pipeline accounting (see the file comment).
-  std::atomic<std::int64_t> depth_{0};
-  std::atomic<int> in_flight_{0};
+  // Pipeline accounting (see the file comment); cache lines grouped by writer. Queue depth is
+  // admitted_ - refused_ - left_ (monotonic counters: producers never write a line the batching
+  // thread writes, and `submitted` comes for free).
+  alignas(64) std::atomic<std::int64_t> admitted_{0};  // producers
+  alignas(64) std::atomic<std::int64_t> left_{0};      // batching thread
+  alignas(64) std::atomic<std::int64_t> refused_{0};   // rare
+  std::atomic<std::uint64_t> cancel_epoch_{0};
+  alignas(64) std::atomic<int> in_flight_{0};
   std::atomic<std::int64_t> completion_tasks_{0};
 
-  std::atomic<bool> closed_{false};
+  // Read-mostly flags.
+  alignas(64) std::atomic<bool> closed_{false};
   std::atomic<bool> flush_{false};
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> cancel_epoch_{0};
 
-  // Wake protocol.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool wake_flag_ = false;  // guarded by mu_
-  std::atomic<bool> sleeping_{false};
+  // Wake protocol: written by the batching thread before it sleeps, read by producers.
+  alignas(64) std::atomic<bool> sleeping_{false};
   std::atomic<std::int64_t> wake_depth_{0};
   std::atomic<ClockNanos> wake_window_before_{kNever};
   std::atomic<ClockNanos> wake_deadline_before_{kNever};
+  alignas(64) std::mutex mu_;
+  std::condition_variable cv_;
+  bool wake_flag_ = false;  // guarded by mu_
 
   // SyncForTesting.
   std::atomic<std::uint64_t> sync_requested_{0};

@@ -75,7 +75,6 @@ TEST(HistogramTest, EmptyHistogramPercentileIsZero) {
 
 TEST(MetricsTest, PrometheusTextHasCountersGaugesAndCumulativeBuckets) {
   SchedulerMetrics m;
-  m.submitted.store(5);
   m.Reject(RejectReason::kQueueFull);
   m.Reject(RejectReason::kQueueFull);
   m.Reject(RejectReason::kUnknownSequence);
@@ -84,6 +83,7 @@ TEST(MetricsTest, PrometheusTextHasCountersGaugesAndCumulativeBuckets) {
   m.latency_ns.Record(3'000'000); // 3 ms
   m.batch_size.Record(3);
   MetricsSnapshot s = m.Snapshot();
+  s.submitted = 5;  // owned by the scheduler's admission counters
   s.pending = 2;
   EXPECT_EQ(s.rejected_total(), 3u);
   const std::string text = PrometheusText(s);

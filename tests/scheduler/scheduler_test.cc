@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/support/fake_executor.h"
+#include "tests/support/moodycamel_tsan.h"
 
 namespace attnrt::scheduler {
 namespace {
@@ -671,7 +672,7 @@ TEST_F(SchedulerTest, MetricsCountEveryOutcomeAndExportPrometheusText) {
 
 // ---- concurrency: exactly once ------------------------------------------------------------------
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(ATTNRT_TSAN_ACTIVE)
 constexpr int kRequestsPerProducer = 5'000;  // TSan runs ~10-20x slower
 #else
 constexpr int kRequestsPerProducer = 100'000;

@@ -17,7 +17,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -108,10 +107,10 @@ class FakeExecutor final : public runtime::Executor {
       return s;
     }
     // The scheduler's invariant: never two requests of one (sequence, layer) in a batch.
-    std::set<std::pair<runtime::SequenceId, int>> keys;
-    for (const auto& r : batch.requests) {
-      if (!keys.insert({r.sequence_id, r.layer}).second) ++duplicate_key_batches_;
-    }
+    keys_.clear();
+    for (const auto& r : batch.requests) keys_.emplace_back(r.sequence_id, r.layer);
+    std::sort(keys_.begin(), keys_.end());
+    if (std::adjacent_find(keys_.begin(), keys_.end()) != keys_.end()) ++duplicate_key_batches_;
     if (options_.record) {
       RecordedBatch rec;
       rec.requests.reserve(n);
@@ -273,7 +272,7 @@ class FakeExecutor final : public runtime::Executor {
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
-        failing = failing_sequences_;
+        if (!failing_sequences_.empty()) failing = failing_sequences_;
       }
       const int n = static_cast<int>(job.batch.requests.size());
       if (options_.step_time) {
@@ -324,6 +323,7 @@ class FakeExecutor final : public runtime::Executor {
   std::optional<Status> fail_next_submit_;
   std::map<runtime::SequenceId, Status> failing_sequences_;
   std::vector<RecordedBatch> recorded_;
+  std::vector<std::pair<runtime::SequenceId, int>> keys_;  // scratch for Submit
   std::thread worker_;
 };
 
