@@ -35,8 +35,9 @@
 //   When every in-flight slot is busy nothing dispatches; requests keep joining the next batch.
 //   Requests are taken by strict priority (0 first), FIFO inside a level. A batch never holds two
 //   requests of one (sequence, layer): the later one stays pending for a later batch, so
-//   per-sequence order holds; requests of different layers share batches freely. The executor
-//   pads a batch up to its bucket.
+//   per-sequence order holds (among requests of one priority level: a later request of higher
+//   priority may overtake; submit a sequence's steps at one level); requests of different layers
+//   share batches freely. The executor pads a batch up to its bucket.
 //
 // Queue policy
 //   - max_queue_size bounds the requests admitted but not yet dispatched (in-flight ones do not

@@ -9,8 +9,12 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "tests/support/fake_executor.h"
 #include "tests/support/moodycamel_tsan.h"
@@ -670,6 +674,28 @@ TEST_F(SchedulerTest, MetricsCountEveryOutcomeAndExportPrometheusText) {
   EXPECT_NE(text.find("attnrt_scheduler_queue_delay_seconds_count 6\n"), std::string::npos);
 }
 
+TEST_F(SchedulerTest, EachFormedBatchIsLoggedAtDebugLevel) {
+  auto stream = std::make_shared<std::ostringstream>();
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*stream);
+  auto logger = std::make_shared<spdlog::logger>("scheduler_test", sink);
+  logger->set_level(spdlog::level::debug);
+  logger->set_pattern("%v");
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
+  std::vector<std::future<DecodeResult>> f;
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  clock_.Advance(microseconds(100));
+  scheduler_->SyncForTesting();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  scheduler_.reset();
+  spdlog::set_default_logger(previous);
+  EXPECT_NE(stream->str().find("formed batch size=3 bucket=4 oldest_wait_us=100.0"),
+            std::string::npos)
+      << stream->str();
+}
+
 // ---- concurrency: exactly once ------------------------------------------------------------------
 
 #if defined(ATTNRT_TSAN_ACTIVE)
@@ -744,7 +770,7 @@ TEST(SchedulerConcurrencyTest, EveryRequestCompletesExactlyOnce) {
         }
         ASSERT_EQ(s.status().code(), StatusCode::kResourceExhausted) << s.status().ToString();
         queue_full_retries.fetch_add(1, std::memory_order_relaxed);
-        std::this_thread::yield();
+        std::this_thread::sleep_for(microseconds(20));  // back off like a client
       }
     }
   };

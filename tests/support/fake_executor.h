@@ -21,6 +21,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include "runtime/executor.h"
 
 namespace attnrt::testing {
@@ -262,6 +266,10 @@ class FakeExecutor final : public runtime::Executor {
   }
 
   void Work() {
+#if defined(__linux__)
+    // Simulated step times are tens of microseconds: sleep with 1 us timer slack, not 50 us.
+    if (options_.step_time) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
     std::chrono::steady_clock::time_point device_free{};
     while (true) {
       Job job;
