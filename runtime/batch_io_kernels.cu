@@ -93,7 +93,7 @@ Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream) {
 }
 
 Status LaunchInvalidForTesting(cudaStream_t stream) {
-  NeverRunsKernel<<<0, 1, 0, stream>>>();  // a zero-sized grid: cudaErrorInvalidConfiguration
+  NeverRunsKernel<<<0, 1, 0, stream>>>();  // a zero-sized grid: rejected at launch
   ATTNRT_CUDA_RETURN_LAUNCH();
   return InternalError("LaunchInvalidForTesting: the invalid launch was not rejected");
 }

@@ -27,6 +27,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/decode.h"
+#include "kernels/gemm_path.h"
 #include "kvcache/kvcache.h"
 #include "runtime/batch_io_kernels.h"
 #include "runtime/batch_plan.h"
@@ -88,9 +89,11 @@ struct SlotLayout {
   }
 };
 
-// A decode path as the executor runs it: a decode variant, or (when wired) the GEMM path.
+// A decode path as the executor runs it: a decode variant, or the GEMM path at one Tpad.
 struct DecodePath {
-  std::string name;
+  std::string name;        // "split_kv", "gemm/t256"
+  std::string family;      // what SelectPath takes: the variant name, or "gemm"
+  int max_kv_length = 0;   // longest length it runs; 0 = any (up to max_context)
   std::function<std::size_t(int capacity)> workspace_bytes;
   std::function<Status(const kernels::DecodeBatchView&, const kernels::KvPoolView&,
                        kernels::DecodeWorkspace, cudaStream_t)>
@@ -99,9 +102,11 @@ struct DecodePath {
 
 // Which optional nodes a piece needs.
 struct NodeEnables {
+  bool h2d = true;        // the H2D copy (off only for SetDisabledStagesForBenchmark)
   bool h2d_full = true;  // host-memory q/k/v present (else the metadata-only copy)
   bool device_io = true;  // gather + scatter for device-memory requests
   bool d2h = true;        // host-memory outputs present
+  bool compute = true;    // append + decode (off only for SetDisabledStagesForBenchmark)
   friend bool operator==(const NodeEnables&, const NodeEnables&) = default;
 };
 
@@ -110,6 +115,7 @@ struct CapturedGraph {
   GraphExec exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
                   d2h = nullptr;
+  std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
   std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
 };
 
@@ -133,6 +139,7 @@ struct Piece {
   std::shared_ptr<BatchState> batch;
   int slot = -1;  // -1: nothing was launched (every request failed before the GPU)
   int bucket_index = 0;
+  int path = 0;              // index into Impl::paths
   int first = 0, count = 0;  // range of batch->plan.live
   Status launch_status;
   bool event_recorded = false;
@@ -145,10 +152,14 @@ struct CudaExecutor::Impl {
   CudaExecutorOptions options;
   std::vector<SlotLayout> layouts;  // per bucket
   std::vector<DecodePath> paths;
-  int active_path = 0;
+  std::vector<std::string> families;  // as given in options.paths
+  std::vector<int> active;            // paths of the selected family, by ascending max_kv_length
+  int active_family = 0;
+  std::vector<char> runnable;         // [path][bucket]: workspace within budget (captured)
   int max_blocks = 0;
 
   Stream stream;
+  CublasHandle cublas;  // GEMM path only
   std::vector<Slot> slots;
   DeviceBuffer workspace;
   std::unique_ptr<kvcache::KvCache> cache;
@@ -157,6 +168,7 @@ struct CudaExecutor::Impl {
   std::unique_ptr<BatchPlanner> planner;
   CudaExecutorMemory memory;
   std::atomic<int> inject_failures{0};
+  unsigned disabled_stages = 0;  // SetDisabledStagesForBenchmark; submitting thread
 
   std::mutex mu;
   std::condition_variable cv;
@@ -187,6 +199,9 @@ struct CudaExecutor::Impl {
   }
 
   Status Init();
+  Status AddPaths(const std::string& name);
+  Status Select(int family);
+  StatusOr<int> ChoosePath(int bucket, int max_kv_length) const;
   kernels::DecodeBatchView ViewFor(int bucket, int slot) const;
   BatchIoArgs IoArgsFor(int bucket, int slot) const;
   Status EnqueueCompute(int path, int bucket, int slot);
@@ -197,7 +212,7 @@ struct CudaExecutor::Impl {
 
   Status Submit(Batch batch, BatchDoneFn done);
   int AcquireSlot();
-  void Pack(Piece& piece, bool* any_host, bool* any_device);
+  void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
   void Launch(Piece& piece, const NodeEnables& e);
   void CompletionLoop();
   void WaitAll() {
@@ -209,29 +224,6 @@ struct CudaExecutor::Impl {
 // ---- set-up ---------------------------------------------------------------------------------
 
 namespace {
-
-StatusOr<DecodePath> MakePath(const std::string& name, const ModelShape& shape) {
-  if (name == kGemmPathName) {
-    // Hook for the cuBLAS GEMM path (kernels/gemm_path.h, issue 5): wrap its launcher here as
-    // a DecodePath (workspace_bytes + launch); the graph cache keys on the path index already,
-    // and the cuBLAS handle needs cublasSetWorkspace on the shared workspace before capture.
-    return UnimplementedError("path \"gemm\": the cuBLAS GEMM path is not wired into the "
-                              "executor yet");
-  }
-  ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeVariant* variant, kernels::FindDecodeVariant(name));
-  ATTNRT_RETURN_IF_ERROR(variant->supports(shape));
-  DecodePath p;
-  p.name = std::string(variant->name);
-  p.workspace_bytes = [variant, shape](int capacity) {
-    return variant->workspace_bytes(shape, capacity);
-  };
-  p.launch = [variant, shape](const kernels::DecodeBatchView& batch,
-                              const kernels::KvPoolView& pools, kernels::DecodeWorkspace ws,
-                              cudaStream_t stream) {
-    return variant->launch(shape, batch, pools, ws, stream);
-  };
-  return p;
-}
 
 Status CheckDevicePointers(const BatchRequest& r, int index) {
   const struct {
@@ -256,19 +248,105 @@ Status CheckDevicePointers(const BatchRequest& r, int index) {
 
 }  // namespace
 
+Status CudaExecutor::Impl::AddPaths(const std::string& name) {
+  const ModelShape shape = options.shape;
+  if (name == kGemmPathName) {
+    if (cublas.get() == nullptr) {
+      ATTNRT_ASSIGN_OR_RETURN(cublas, CublasHandle::Create(stream.get(), nullptr, 0));
+    }
+    // One path per Tpad bucket; RunGemmPath binds the stream and its workspace slice
+    // (cublasSetWorkspace) on every call, so the captured cuBLAS calls never allocate.
+    for (int t_pad : kernels::GemmPathTpadBuckets(shape)) {
+      ATTNRT_RETURN_IF_ERROR(kernels::PlanGemmPath(shape, 1, t_pad).status());
+      DecodePath p;
+      p.name = std::string(kGemmPathName) + "/t" + std::to_string(t_pad);
+      p.family = std::string(kGemmPathName);
+      p.max_kv_length = t_pad;
+      p.workspace_bytes = [shape, t_pad](int capacity) -> std::size_t {
+        StatusOr<kernels::GemmPathPlan> plan = kernels::PlanGemmPath(shape, capacity, t_pad);
+        return plan.ok() ? plan->workspace_bytes : ~std::size_t{0};
+      };
+      cublasHandle_t handle = cublas.get();
+      p.launch = [shape, t_pad, handle](const kernels::DecodeBatchView& batch,
+                                        const kernels::KvPoolView& pools,
+                                        kernels::DecodeWorkspace ws, cudaStream_t st) {
+        ATTNRT_ASSIGN_OR_RETURN(const kernels::GemmPathPlan plan,
+                                kernels::PlanGemmPath(shape, batch.capacity, t_pad));
+        return kernels::RunGemmPath(plan, shape, batch, pools, ws, handle, st);
+      };
+      paths.push_back(std::move(p));
+    }
+    return Status::Ok();
+  }
+  ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeVariant* variant, kernels::FindDecodeVariant(name));
+  ATTNRT_RETURN_IF_ERROR(variant->supports(shape));
+  DecodePath p;
+  p.name = std::string(variant->name);
+  p.family = p.name;
+  p.workspace_bytes = [variant, shape](int capacity) {
+    return variant->workspace_bytes(shape, capacity);
+  };
+  p.launch = [variant, shape](const kernels::DecodeBatchView& batch,
+                              const kernels::KvPoolView& pools, kernels::DecodeWorkspace ws,
+                              cudaStream_t st) {
+    return variant->launch(shape, batch, pools, ws, st);
+  };
+  paths.push_back(std::move(p));
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::Select(int family) {
+  active.clear();
+  for (int i = 0; i < static_cast<int>(paths.size()); ++i) {
+    if (paths[i].family == families[family]) active.push_back(i);
+  }
+  std::sort(active.begin(), active.end(), [&](int a, int b) {
+    return paths[a].max_kv_length < paths[b].max_kv_length;
+  });
+  active_family = family;
+  return Status::Ok();
+}
+
+// The active family's path for a piece: the first whose max_kv_length holds the piece's
+// longest sequence and whose workspace at this bucket was within budget.
+StatusOr<int> CudaExecutor::Impl::ChoosePath(int bucket, int max_kv_length) const {
+  for (int p : active) {
+    if (paths[p].max_kv_length != 0 && paths[p].max_kv_length < max_kv_length) continue;
+    if (runnable[static_cast<std::size_t>(p) * num_buckets() + bucket]) return p;
+    return ResourceExhaustedError(
+        "path " + paths[p].name + " at bucket " + std::to_string(options.buckets[bucket]) +
+        " needs a workspace of " + std::to_string(paths[p].workspace_bytes(options.buckets[bucket])) +
+        " bytes, over gemm_max_workspace_bytes " + std::to_string(options.gemm_max_workspace_bytes));
+  }
+  return InternalError("no path of " + families[active_family] + " runs kv_length " +
+                       std::to_string(max_kv_length));
+}
+
 Status CudaExecutor::Impl::Init() {
   const ModelShape& shape = options.shape;
   max_blocks = shape.max_blocks_per_sequence();
   for (int b : options.buckets) layouts.push_back(SlotLayout::For(shape, b, max_blocks));
   const SlotLayout& largest = layouts.back();
 
+  ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
   if (options.paths.empty()) options.paths = {std::string(kernels::DefaultDecodeVariant().name)};
   for (const std::string& name : options.paths) {
-    ATTNRT_ASSIGN_OR_RETURN(DecodePath p, MakePath(name, shape));
-    paths.push_back(std::move(p));
+    if (std::find(families.begin(), families.end(), name) != families.end()) {
+      return InvalidArgumentError("paths lists \"" + name + "\" twice");
+    }
+    ATTNRT_RETURN_IF_ERROR(AddPaths(name));
+    families.push_back(name);
+  }
+  ATTNRT_RETURN_IF_ERROR(Select(0));
+  runnable.assign(paths.size() * options.buckets.size(), 1);
+  for (std::size_t p = 0; p < paths.size(); ++p) {
+    if (paths[p].family != kGemmPathName) continue;
+    for (int b = 0; b < num_buckets(); ++b) {
+      runnable[p * num_buckets() + b] =
+          paths[p].workspace_bytes(options.buckets[b]) <= options.gemm_max_workspace_bytes;
+    }
   }
 
-  ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
   slots.resize(options.num_slots);
   for (Slot& s : slots) {
     ATTNRT_ASSIGN_OR_RETURN(s.in, PinnedBuffer::Create(largest.in_bytes));
@@ -285,10 +363,17 @@ Status CudaExecutor::Impl::Init() {
   }
   // One workspace for every path and bucket: pieces run one after another on one stream.
   std::size_t ws = 0;
-  for (const DecodePath& p : paths) {
-    for (int b : options.buckets) ws = std::max(ws, p.workspace_bytes(b));
+  for (std::size_t p = 0; p < paths.size(); ++p) {
+    for (int b = 0; b < num_buckets(); ++b) {
+      if (runnable[p * num_buckets() + b]) {
+        ws = std::max(ws, paths[p].workspace_bytes(options.buckets[b]));
+      }
+    }
   }
   ATTNRT_ASSIGN_OR_RETURN(workspace, DeviceBuffer::Create(ws));
+  // Zeroed once so no kernel ever reads bytes nothing wrote (padded GEMM tiles); results never
+  // depend on it.
+  if (ws > 0) ATTNRT_CUDA_RETURN(cudaMemset(workspace.data(), 0, ws));
   memory.workspace_bytes = ws;
 
   std::int32_t num_blocks = options.num_blocks;
@@ -315,7 +400,9 @@ Status CudaExecutor::Impl::Init() {
   const NodeEnables all;
   for (int p = 0; p < static_cast<int>(paths.size()); ++p) {
     for (int b = num_buckets() - 1; b >= 0; --b) {
-      ATTNRT_RETURN_IF_ERROR(EnqueueEager(p, b, 0, all));
+      if (runnable[static_cast<std::size_t>(p) * num_buckets() + b]) {
+        ATTNRT_RETURN_IF_ERROR(EnqueueEager(p, b, 0, all));
+      }
     }
   }
   ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
@@ -324,6 +411,7 @@ Status CudaExecutor::Impl::Init() {
     graphs.resize(paths.size() * options.buckets.size() * slots.size());
     for (int p = 0; p < static_cast<int>(paths.size()); ++p) {
       for (int b = num_buckets() - 1; b >= 0; --b) {  // largest first
+        if (!runnable[static_cast<std::size_t>(p) * num_buckets() + b]) continue;
         BucketGraphReport report;
         report.bucket = options.buckets[b];
         report.path = paths[p].name;
@@ -333,6 +421,7 @@ Status CudaExecutor::Impl::Init() {
         const Clock::time_point t0 = Clock::now();
         for (int s = 0; s < static_cast<int>(slots.size()); ++s) {
           ATTNRT_RETURN_IF_ERROR(Capture(p, b, s, &GraphFor(p, b, s)));
+          ++memory.num_graphs;
         }
         ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
         report.capture_ms = MicrosSince(t0) / 1000.0;
@@ -403,12 +492,14 @@ Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int slot, const No
   const SlotLayout& l = layouts[bucket];
   Slot& s = slots[slot];
   cudaStream_t st = stream.get();
-  ATTNRT_CUDA_RETURN(cudaMemcpyAsync(s.dev_in.data(), s.in.data(),
-                                     e.h2d_full ? l.in_bytes : l.meta_bytes,
-                                     cudaMemcpyHostToDevice, st));
+  if (e.h2d) {
+    ATTNRT_CUDA_RETURN(cudaMemcpyAsync(s.dev_in.data(), s.in.data(),
+                                       e.h2d_full ? l.in_bytes : l.meta_bytes,
+                                       cudaMemcpyHostToDevice, st));
+  }
   const BatchIoArgs io = IoArgsFor(bucket, slot);
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchGather(io, st));
-  ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, slot));
+  if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, slot));
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchScatter(io, st));
   if (e.d2h) {
     ATTNRT_CUDA_RETURN(
@@ -421,18 +512,39 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int slot, CapturedGraph
   const SlotLayout& l = layouts[bucket];
   Slot& s = slots[slot];
 
-  // The kernels' own launches (append + decode path) are captured from the stream into a child
-  // graph; the executor's copies and gather/scatter are explicit nodes whose handles it keeps.
+  // The kernels' own launches (append + decode path) are captured from the stream; the
+  // executor's copies and gather/scatter are then added to the same graph as explicit nodes
+  // whose handles it keeps (one flat graph: no child-graph node on the launch path).
   ATTNRT_CUDA_RETURN(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
   const Status enqueued = EnqueueCompute(path, bucket, slot);
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream.get(), &raw);
-  Graph compute = Graph::Adopt(raw);
+  g->graph = Graph::Adopt(raw);
   ATTNRT_RETURN_IF_ERROR(enqueued);
   ATTNRT_CUDA_RETURN(ended);
-
-  ATTNRT_ASSIGN_OR_RETURN(g->graph, Graph::Create());
   cudaGraph_t graph = g->graph.get();
+
+  std::size_t n = 0;
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nodes.data(), &n));
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> roots(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, roots.data(), &n));
+  std::vector<cudaGraphNode_t> leaves;
+  g->compute_nodes.clear();
+  for (cudaGraphNode_t node : nodes) {
+    std::size_t out = 0;
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
+    if (out == 0) leaves.push_back(node);
+    cudaGraphNodeType type{};
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel || type == cudaGraphNodeTypeMemset ||
+        type == cudaGraphNodeTypeMemcpy) {
+      g->compute_nodes.push_back(node);
+    }
+  }
+
   ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_full, graph, nullptr, 0, s.dev_in.data(),
                                               s.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
   ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_meta, graph, nullptr, 0, s.dev_in.data(),
@@ -440,10 +552,10 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int slot, CapturedGraph
   const BatchIoArgs io = IoArgsFor(bucket, slot);
   const cudaGraphNode_t copies[] = {g->h2d_full, g->h2d_meta};
   ATTNRT_RETURN_IF_ERROR(AddGatherNode(graph, copies, 2, io, &g->gather));
-  cudaGraphNode_t compute_node = nullptr;
-  ATTNRT_CUDA_RETURN(
-      cudaGraphAddChildGraphNode(&compute_node, graph, &g->gather, 1, compute.get()));
-  ATTNRT_RETURN_IF_ERROR(AddScatterNode(graph, &compute_node, 1, io, &g->scatter));
+  for (cudaGraphNode_t root : roots) {
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(graph, &g->gather, &root, nullptr, 1));
+  }
+  ATTNRT_RETURN_IF_ERROR(AddScatterNode(graph, leaves.data(), leaves.size(), io, &g->scatter));
   ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->d2h, graph, &g->scatter, 1, s.out.data(),
                                               s.dev_out.data(), l.out_bytes,
                                               cudaMemcpyDeviceToHost));
@@ -456,12 +568,18 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int slot, CapturedGraph
 Status CudaExecutor::Impl::SetEnables(CapturedGraph& g, const NodeEnables& e) {
   if (g.enabled == e) return Status::Ok();
   cudaGraphExec_t x = g.exec.get();
+  const std::optional<NodeEnables> before = g.enabled;
   g.enabled.reset();  // unknown until every call below succeeded
-  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_full, e.h2d_full));
-  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_meta, !e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_full, e.h2d && e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_meta, e.h2d && !e.h2d_full));
   ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.gather, e.device_io));
   ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.scatter, e.device_io));
   ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.d2h, e.d2h));
+  if (!before.has_value() || before->compute != e.compute) {
+    for (cudaGraphNode_t node : g.compute_nodes) {
+      ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, node, e.compute));
+    }
+  }
   g.enabled = e;
   return Status::Ok();
 }
@@ -485,7 +603,8 @@ int CudaExecutor::Impl::AcquireSlot() {
   return s;
 }
 
-void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device) {
+void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
+                              int* max_kv_length) {
   BatchState& b = *piece.batch;
   const SlotLayout& l = layouts[piece.bucket_index];
   const Slot& s = slots[piece.slot];
@@ -502,6 +621,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device) {
       static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim * sizeof(Half);
   const std::size_t kv_bytes = static_cast<std::size_t>(options.shape.kv_token_elems()) * sizeof(Half);
   *any_host = *any_device = false;
+  *max_kv_length = 0;
 
   for (int j = 0; j < piece.count; ++j) {
     const PlannedRequest& p = b.plan.live[piece.first + j];
@@ -515,6 +635,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device) {
     }
     kv_lengths[j] = p.kv_length;
     layers[j] = r.layer;
+    *max_kv_length = std::max(*max_kv_length, p.kv_length);
     if (r.memory == MemoryKind::kHost) {
       q_ptrs[j] = 0;  // the gather kernel leaves this slot to the memcpy node
       out_ptrs[j] = 0;
@@ -549,14 +670,14 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
                                                     "cudaEventRecord(start)", __FILE__, __LINE__);
     if (status.ok()) {
       if (options.mode == LaunchMode::kGraph) {
-        CapturedGraph& g = GraphFor(active_path, piece.bucket_index, piece.slot);
+        CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.slot);
         status = SetEnables(g, e);
         if (status.ok()) {
           status = CudaStatus(cudaGraphLaunch(g.exec.get(), st), "cudaGraphLaunch", __FILE__,
                               __LINE__);
         }
       } else {
-        status = EnqueueEager(active_path, piece.bucket_index, piece.slot, e);
+        status = EnqueueEager(piece.path, piece.bucket_index, piece.slot, e);
       }
     }
     piece.launch_status = status;
@@ -620,13 +741,22 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       const Clock::time_point t_pack = Clock::now();
       NodeEnables e;
       bool any_host = false, any_device = false;
-      Pack(piece, &any_host, &any_device);
+      int max_kv_length = 0;
+      Pack(piece, &any_host, &any_device, &max_kv_length);
       e.h2d_full = any_host;
       e.device_io = any_device;
-      e.d2h = any_host;
+      e.d2h = any_host && !(disabled_stages & kStageD2H);
+      e.h2d = !(disabled_stages & kStageH2D);
+      e.compute = !(disabled_stages & kStageCompute);
       const Clock::time_point t_launch = Clock::now();
       piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();
-      Launch(piece, e);
+      StatusOr<int> path = ChoosePath(piece.bucket_index, max_kv_length);
+      if (path.ok()) {
+        piece.path = *path;
+        Launch(piece, e);
+      } else {
+        piece.launch_status = path.status();  // nothing queued: the slot frees at once
+      }
       piece.timings.launch_us = MicrosSince(t_launch);
     } else if (piece.count > 0) {
       piece.launch_status = wait_status;
@@ -788,26 +918,23 @@ ExecutorStats CudaExecutor::stats() const {
   return impl_->stats;
 }
 
-std::vector<std::string> CudaExecutor::paths() const {
-  std::vector<std::string> names;
-  for (const DecodePath& p : impl_->paths) names.push_back(p.name);
-  return names;
-}
+std::vector<std::string> CudaExecutor::paths() const { return impl_->families; }
 
 std::string_view CudaExecutor::active_path() const {
-  return impl_->paths[impl_->active_path].name;
+  return impl_->families[impl_->active_family];
 }
 
 Status CudaExecutor::SelectPath(std::string_view name) {
   std::string known;
-  for (int i = 0; i < static_cast<int>(impl_->paths.size()); ++i) {
-    if (impl_->paths[i].name == name) {
-      impl_->active_path = i;
-      return Status::Ok();
-    }
-    known += (i ? ", " : "") + impl_->paths[i].name;
+  for (int i = 0; i < static_cast<int>(impl_->families.size()); ++i) {
+    if (impl_->families[i] == name) return impl_->Select(i);
+    known += (i ? ", " : "") + impl_->families[i];
   }
   return NotFoundError("path \"" + std::string(name) + "\" was not captured; paths: " + known);
+}
+
+void CudaExecutor::SetDisabledStagesForBenchmark(unsigned mask) {
+  impl_->disabled_stages = mask;
 }
 
 void CudaExecutor::InjectLaunchFailuresForTesting(int count) {

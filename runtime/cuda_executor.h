@@ -36,8 +36,13 @@ struct CudaExecutorOptions {
   int num_slots = 2;          // pieces in flight, each with its own staging and buffers (>= 2)
   LaunchMode mode = LaunchMode::kGraph;
   // Decode paths to capture: decode variant names (kernels/decode.h) or kGemmPathName; empty
-  // means the production default variant. The first is active until SelectPath().
+  // means the production default variant. The first is active until SelectPath(). The GEMM
+  // path is captured once per context bucket (its Tpad, kernels/gemm_path.h) and each piece
+  // runs the smallest Tpad that holds its longest sequence.
   std::vector<std::string> paths;
+  // GEMM path only: (batch bucket, Tpad) pairs whose workspace exceeds this are not captured;
+  // a piece that would need one fails with ResourceExhausted naming the sizes.
+  std::size_t gemm_max_workspace_bytes = std::size_t{1} << 30;
   // Ask the driver that each kDevice request's pointers are device memory (a wrong pointer
   // would otherwise fault the context).
   bool check_device_pointers = true;
@@ -48,7 +53,7 @@ struct CudaExecutorOptions {
 // Graph and workspace memory of one captured (bucket, path), over all slots.
 struct BucketGraphReport {
   int bucket = 0;
-  std::string path;
+  std::string path;                 // decode variant name, or "gemm/t<Tpad>"
   std::size_t graph_bytes = 0;      // device memory the instantiated+uploaded graphs took (driver)
   std::size_t workspace_bytes = 0;  // the path's workspace at this bucket (shared buffer)
   double capture_ms = 0.0;          // build + capture + instantiate + upload, all slots
@@ -62,6 +67,7 @@ struct CudaExecutorMemory {
   std::size_t graph_bytes = 0;         // sum of BucketGraphReport::graph_bytes
   std::size_t total_device_bytes = 0;  // kv + workspace + slot buffers + graphs
   double capture_ms = 0.0;             // every graph
+  int num_graphs = 0;                  // captured (bucket, path, slot) graphs; fixed after start
   std::vector<BucketGraphReport> graphs;
   std::string ToString() const;
 };
@@ -100,6 +106,7 @@ class CudaExecutor : public Executor {
 
   LaunchMode mode() const;
   const CudaExecutorMemory& memory() const;
+  // The names SelectPath takes (as given in the options).
   std::vector<std::string> paths() const;
   std::string_view active_path() const;
   // Later batches run `name` (one of paths()); NotFound lists them.
@@ -109,6 +116,11 @@ class CudaExecutor : public Executor {
   // The next `count` pieces fail at launch with a real CUDA error (an invalid launch in place
   // of the graph), as a failed launch would.
   void InjectLaunchFailuresForTesting(int count);
+  // Benchmarks only: leave whole stages out of every later piece (outputs are then garbage and
+  // the cache's new tokens unwritten), so that stage costs show as differences. A mask of
+  // kStage* bits; 0 restores normal runs.
+  static constexpr unsigned kStageH2D = 1, kStageCompute = 2, kStageD2H = 4;
+  void SetDisabledStagesForBenchmark(unsigned mask);
   // Timings recorded since the last call (record_timings).
   std::vector<PieceTimings> TakeTimings();
 

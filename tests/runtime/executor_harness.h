@@ -186,8 +186,9 @@ inline SyncResult SubmitAndWait(Executor& ex, Batch batch) {
 // Sequences with random prompts in an executor and its shadow; random batches over them.
 class RandomWorkload {
  public:
-  RandomWorkload(Executor& ex, std::uint64_t seed)
-      : ex_(ex), shape_(ex.shape()), shadow_(shape_), rng_(seed) {}
+  // Sequence ids start at `first_id` (two workloads on one executor need disjoint ranges).
+  RandomWorkload(Executor& ex, std::uint64_t seed, SequenceId first_id = 1)
+      : ex_(ex), shape_(ex.shape()), shadow_(shape_), rng_(seed), next_id_(first_id) {}
 
   // `count` new sequences, each layer prefilled with 1..max_prompt random tokens.
   void AddSequences(int count, int max_prompt) {
@@ -242,7 +243,7 @@ class RandomWorkload {
   ShadowCache shadow_;
   NormalRng rng_;
   std::vector<SequenceId> ids_;
-  SequenceId next_id_ = 1;
+  SequenceId next_id_;
 };
 
 }  // namespace attnrt::runtime::testing

@@ -1,0 +1,392 @@
+// The CUDA executor (runtime/cuda_executor.cc) on a GPU: against the dense FP64 shadow, graph
+// replay bit-identical to eager launches, capture-short/replay-long, host and device memory,
+// injected launch failure and recovery, batches split past the largest bucket. Every test
+// skips (with the reason) where no CUDA device is present, except the one that checks the
+// factory's Unavailable answer there.
+#include "runtime/cuda_executor.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/decode.h"
+#include "kernels/gemm_path.h"
+#include "runtime/cuda_resources.h"
+#include "tests/runtime/executor_harness.h"
+
+namespace attnrt::runtime {
+namespace {
+
+using testing::MakeRequest;
+using testing::MatchesExpected;
+using testing::OwnedRequest;
+using testing::RandomWorkload;
+using testing::SubmitAndWait;
+
+ModelShape TestShape() {
+  ModelShape s;
+  s.num_layers = 3;
+  s.num_q_heads = 8;
+  s.num_kv_heads = 2;
+  s.head_dim = 128;
+  s.block_size = 16;
+  s.max_context = 1024;
+  return s;
+}
+
+// Every decode variant and the cuBLAS GEMM path.
+std::vector<std::string> AllPathNames() {
+  std::vector<std::string> names;
+  for (const kernels::DecodeVariant& v : kernels::DecodeVariants()) names.emplace_back(v.name);
+  names.emplace_back(kGemmPathName);
+  return names;
+}
+
+CudaExecutorOptions Options(LaunchMode mode = LaunchMode::kGraph) {
+  CudaExecutorOptions o;
+  o.shape = TestShape();
+  o.num_blocks = 4096;
+  o.mode = mode;
+  o.paths = AllPathNames();
+  return o;
+}
+
+std::unique_ptr<CudaExecutor> Make(const CudaExecutorOptions& o) {
+  auto ex = CreateCudaExecutor(o);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  return ex.ok() ? std::move(ex).value() : nullptr;
+}
+
+class CudaExecutorGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: the CUDA executor needs a GPU";
+  }
+};
+
+void ExpectAllMatch(const testing::SyncResult& r, const std::vector<OwnedRequest>& reqs,
+                    const std::string& where) {
+  ASSERT_TRUE(r.submit.ok()) << where << ": " << r.submit.ToString();
+  ASSERT_EQ(r.calls, 1) << where;
+  ASSERT_EQ(r.statuses.size(), reqs.size()) << where;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(r.statuses[i].ok()) << where << " request " << i << ": "
+                                    << r.statuses[i].ToString();
+    EXPECT_TRUE(MatchesExpected(reqs[i])) << where << " request " << i;
+  }
+}
+
+TEST(CudaExecutorNoGpuTest, FactoryAnswersUnavailableWithoutGpu) {
+  if (CudaDeviceAvailable()) GTEST_SKIP() << "a CUDA device is present; this checks its absence";
+  auto ex = CreateCudaExecutor(Options());
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().code(), StatusCode::kUnavailable) << ex.status().ToString();
+}
+
+// Random batches (sizes 1..70: several buckets, padding), every captured path, vs the shadow.
+TEST_F(CudaExecutorGpuTest, EveryPathMatchesDenseReference) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  EXPECT_EQ(ex->memory().num_graphs, static_cast<int>(ex->memory().graphs.size() * 2));
+  RandomWorkload w(*ex, 101);
+  w.AddSequences(30, 300);
+  for (const std::string& path : ex->paths()) {
+    ASSERT_TRUE(ex->SelectPath(path).ok());
+    for (int step = 0; step < 12; ++step) {
+      std::vector<OwnedRequest> reqs = w.MakeBatch(w.rng().NextInt(1, 70));
+      ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs)), reqs,
+                     path + " step " + std::to_string(step));
+    }
+  }
+  EXPECT_EQ(ex->stats().failed_batches, 0);
+}
+
+// Same workload through a graph executor and an eager one: every output and LSE bit-identical,
+// across batches of changing size, composition, layers and growing lengths.
+TEST_F(CudaExecutorGpuTest, GraphReplayIsBitIdenticalToEager) {
+  for (const std::string& path : AllPathNames()) {
+    CudaExecutorOptions og = Options(LaunchMode::kGraph), oe = Options(LaunchMode::kEager);
+    og.paths = oe.paths = {path};
+    auto graph = Make(og);
+    auto eager = Make(oe);
+    ASSERT_TRUE(graph && eager);
+    EXPECT_GT(graph->memory().num_graphs, 0);
+    EXPECT_EQ(eager->memory().num_graphs, 0);
+    RandomWorkload wg(*graph, 202), we(*eager, 202);
+    wg.AddSequences(20, 200);
+    we.AddSequences(20, 200);
+    for (int step = 0; step < 30; ++step) {
+      const int size = wg.rng().NextInt(1, 40);
+      ASSERT_EQ(size, we.rng().NextInt(1, 40));
+      std::vector<OwnedRequest> rg = wg.MakeBatch(size), re = we.MakeBatch(size);
+      const testing::SyncResult a = SubmitAndWait(*graph, RandomWorkload::ToBatch(rg));
+      const testing::SyncResult b = SubmitAndWait(*eager, RandomWorkload::ToBatch(re));
+      ExpectAllMatch(a, rg, path + " graph step " + std::to_string(step));
+      ExpectAllMatch(b, re, path + " eager step " + std::to_string(step));
+      for (std::size_t i = 0; i < rg.size(); ++i) {
+        ASSERT_EQ(rg[i].id, re[i].id);
+        ASSERT_EQ(0, std::memcmp(rg[i].out.data(), re[i].out.data(), rg[i].out.size() * 2))
+            << path << " step " << step << " request " << i << ": out differs";
+        ASSERT_EQ(0, std::memcmp(rg[i].lse.data(), re[i].lse.data(), rg[i].lse.size() * 4))
+            << path << " step " << step << " request " << i << ": lse differs";
+      }
+    }
+  }
+}
+
+// Graphs are captured at start-up, when no sequence exists (every slot length 0); batches then
+// run at lengths up to max_context with no re-capture.
+TEST_F(CudaExecutorGpuTest, CapturedShortReplaysLong) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  const int graphs = ex->memory().num_graphs;
+  const double capture_ms = ex->memory().capture_ms;
+  RandomWorkload w(*ex, 303);
+  ASSERT_TRUE(ex->CreateSequence(1).ok());
+  ASSERT_TRUE(ex->CreateSequence(2).ok());
+  w.shadow().Create(1);
+  w.shadow().Create(2);
+  w.Prefill(1, 0, 3);
+  w.Prefill(2, 1, 990);  // up to 1022 of max_context 1024 over the steps below
+  const int steps = 32 / static_cast<int>(ex->paths().size());
+  for (const std::string& path : ex->paths()) {
+    ASSERT_TRUE(ex->SelectPath(path).ok());
+    for (int step = 0; step < steps; ++step) {
+      std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), 1, 0, w.rng()),
+                                        MakeRequest(ex->shape(), 2, 1, w.rng())};
+      w.shadow().Expect(reqs[0]);
+      w.shadow().Expect(reqs[1]);
+      ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs)), reqs,
+                     path + " step " + std::to_string(step));
+    }
+  }
+  EXPECT_EQ(*ex->SequenceLength(2, 1), 990 + steps * static_cast<int>(ex->paths().size()));
+  EXPECT_EQ(ex->memory().num_graphs, graphs);
+  EXPECT_EQ(ex->memory().capture_ms, capture_ms);
+}
+
+// Device-memory requests: q/k/v on the device written on another stream (the batch waits on
+// the caller's event), out/lse scattered to device pointers; mixed with host requests in one
+// batch, and device-only batches.
+TEST_F(CudaExecutorGpuTest, DeviceAndHostMemoryInTheSameGraphs) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 404);
+  w.AddSequences(12, 150);
+  auto producer = Stream::Create();
+  auto ready = Event::Create(false);
+  ASSERT_TRUE(producer.ok() && ready.ok());
+  const std::size_t q_bytes = static_cast<std::size_t>(ex->shape().num_q_heads) *
+                              ex->shape().head_dim * sizeof(Half);
+  const std::size_t kv_bytes = ex->shape().kv_token_elems() * sizeof(Half);
+  const std::size_t lse_bytes = ex->shape().num_q_heads * sizeof(float);
+  for (int step = 0; step < 16; ++step) {
+    std::vector<OwnedRequest> reqs = w.MakeBatch(w.rng().NextInt(1, 20));
+    const bool all_device = step % 2 == 0;
+    std::vector<DeviceBuffer> bufs;
+    Batch batch = RandomWorkload::ToBatch(reqs);
+    std::vector<int> device_index(reqs.size(), -1);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (!all_device && i % 3 == 1) continue;  // host request
+      device_index[i] = static_cast<int>(bufs.size());
+      for (std::size_t bytes : {q_bytes, kv_bytes, kv_bytes, q_bytes, lse_bytes}) {
+        auto b = DeviceBuffer::Create(bytes);
+        ASSERT_TRUE(b.ok());
+        bufs.push_back(std::move(b).value());
+      }
+      DeviceBuffer* d = &bufs[device_index[i]];
+      ASSERT_EQ(cudaMemcpyAsync(d[0].data(), reqs[i].q.data(), q_bytes, cudaMemcpyHostToDevice,
+                                producer->get()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(d[1].data(), reqs[i].k.data(), kv_bytes, cudaMemcpyHostToDevice,
+                                producer->get()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(d[2].data(), reqs[i].v.data(), kv_bytes, cudaMemcpyHostToDevice,
+                                producer->get()), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(d[3].data(), 0xff, q_bytes, producer->get()), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(d[4].data(), 0xff, lse_bytes, producer->get()), cudaSuccess);
+      BatchRequest& r = batch.requests[i];
+      r.memory = MemoryKind::kDevice;
+      r.q = d[0].as<Half>();
+      r.k = d[1].as<Half>();
+      r.v = d[2].as<Half>();
+      r.out = d[3].as<Half>();
+      r.lse = d[4].as<float>();
+    }
+    ASSERT_EQ(cudaEventRecord(ready->get(), producer->get()), cudaSuccess);
+    batch.ready_event = ready->get();
+    testing::SyncResult r = SubmitAndWait(*ex, std::move(batch));
+    ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
+      if (device_index[i] >= 0) {
+        EXPECT_TRUE(testing::IsNaN(reqs[i].out[0])) << "device request wrote host out";
+        const DeviceBuffer* d = &bufs[device_index[i]];
+        ASSERT_EQ(cudaMemcpy(reqs[i].out.data(), d[3].data(), q_bytes, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(reqs[i].lse.data(), d[4].data(), lse_bytes, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+      }
+      EXPECT_TRUE(MatchesExpected(reqs[i]))
+          << "step " << step << " request " << i << (device_index[i] >= 0 ? " (device)" : " (host)");
+    }
+  }
+}
+
+TEST_F(CudaExecutorGpuTest, HostPointerInDeviceModeFailsNamingTheField) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 505);
+  w.AddSequences(2, 10);
+  std::vector<OwnedRequest> reqs = w.MakeBatch(2);
+  Batch batch = RandomWorkload::ToBatch(reqs);
+  batch.requests[0].memory = MemoryKind::kDevice;  // pointers are host memory
+  const int len = *ex->SequenceLength(reqs[0].id, reqs[0].layer);
+  testing::SyncResult r = SubmitAndWait(*ex, batch);
+  ASSERT_TRUE(r.submit.ok());
+  EXPECT_EQ(r.statuses[0].code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.statuses[0].message().find("q ("), std::string::npos) << r.statuses[0].ToString();
+  EXPECT_EQ(*ex->SequenceLength(reqs[0].id, reqs[0].layer), len);
+  ASSERT_TRUE(r.statuses[1].ok());
+  EXPECT_TRUE(MatchesExpected(reqs[1]));
+}
+
+// An injected launch failure (a real CUDA error) fails that batch's requests with the Status;
+// the executor then runs later batches correctly, in both modes.
+TEST_F(CudaExecutorGpuTest, InjectedLaunchFailureFailsTheBatchAndRecovers) {
+  for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+    auto ex = Make(Options(mode));
+    ASSERT_NE(ex, nullptr);
+    RandomWorkload w(*ex, 606);
+    w.AddSequences(8, 60);
+    std::vector<OwnedRequest> ok1 = w.MakeBatch(5);
+    ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(ok1)), ok1, "before");
+
+    ex->InjectLaunchFailuresForTesting(1);
+    RandomWorkload doomed(*ex, 607, /*first_id=*/10000);  // its own sequences: their failed token stays undefined
+    doomed.AddSequences(3, 20);
+    std::vector<OwnedRequest> bad = doomed.MakeBatch(3);
+    testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(bad));
+    ASSERT_TRUE(r.submit.ok());
+    ASSERT_EQ(r.calls, 1);
+    for (const Status& s : r.statuses) {
+      EXPECT_EQ(s.code(), StatusCode::kInternal);
+      EXPECT_NE(s.message().find("cudaError"), std::string::npos) << s.ToString();
+    }
+    EXPECT_EQ(ex->stats().failed_batches, 1);
+
+    for (int step = 0; step < 5; ++step) {
+      std::vector<OwnedRequest> ok2 = w.MakeBatch(w.rng().NextInt(1, 16));
+      ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(ok2)), ok2,
+                     "after, step " + std::to_string(step));
+    }
+    EXPECT_EQ(ex->stats().failed_batches, 1);
+  }
+}
+
+// 300 requests: one piece of 256 and one of 44 (bucket 64), one callback with 300 statuses.
+TEST_F(CudaExecutorGpuTest, BatchLargerThanTheLargestBucketIsSplit) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 707);
+  w.AddSequences(110, 40);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<OwnedRequest> reqs = w.MakeBatch(step == 0 ? 300 : 513);
+    ASSERT_EQ(reqs.size(), step == 0 ? 300u : 330u);
+    ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs)), reqs,
+                   "split step " + std::to_string(step));
+  }
+}
+
+// Batches submitted back to back (more than the slots) without waiting, including forks with
+// copy-on-write in between: per-sequence order holds and every result matches.
+TEST_F(CudaExecutorGpuTest, PipelinedBatchesAndForksMatch) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 808);
+  w.AddSequences(6, 100);
+  std::vector<std::vector<OwnedRequest>> batches;
+  std::vector<std::vector<Status>> statuses(24);
+  std::vector<std::thread::id> threads(24);
+  SequenceId next_child = 500;
+  for (int b = 0; b < 24; ++b) {
+    if (b % 8 == 4) {  // fork a sequence mid-stream; its next write copies the shared block
+      const SequenceId parent = w.ids()[b % w.ids().size()];
+      ASSERT_TRUE(ex->ForkSequence(parent, next_child).ok());
+      w.shadow().Fork(parent, next_child);
+      std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), next_child, 0, w.rng()),
+                                        MakeRequest(ex->shape(), parent, 0, w.rng())};
+      w.shadow().Expect(reqs[0]);
+      w.shadow().Expect(reqs[1]);
+      batches.push_back(std::move(reqs));
+      ++next_child;
+    } else {
+      batches.push_back(w.MakeBatch(w.rng().NextInt(1, 12)));
+    }
+    ASSERT_TRUE(ex->Submit(RandomWorkload::ToBatch(batches.back()),
+                           [&, b](std::vector<Status> st) {
+                             statuses[b] = std::move(st);
+                             threads[b] = std::this_thread::get_id();
+                           })
+                    .ok());
+  }
+  ex->Wait();
+  for (int b = 0; b < 24; ++b) {
+    EXPECT_NE(threads[b], std::this_thread::get_id());
+    for (std::size_t i = 0; i < batches[b].size(); ++i) {
+      ASSERT_TRUE(statuses[b][i].ok()) << statuses[b][i].ToString();
+      EXPECT_TRUE(MatchesExpected(batches[b][i])) << "batch " << b << " request " << i;
+    }
+  }
+}
+
+// The GEMM path's (bucket, Tpad) pairs over the workspace budget are not captured; a piece that
+// needs one fails alone with ResourceExhausted, the rest run.
+TEST_F(CudaExecutorGpuTest, GemmPathOverWorkspaceBudgetFailsThatPieceOnly) {
+  CudaExecutorOptions o = Options();
+  o.paths = {"gemm"};
+  o.gemm_max_workspace_bytes = std::size_t{48} << 20;
+  auto ex = Make(o);
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 909);
+  w.AddSequences(40, 900);
+  std::vector<OwnedRequest> small = w.MakeBatch(2);
+  ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(small)), small, "small");
+  std::vector<OwnedRequest> big = w.MakeBatch(100);
+  testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(big));
+  ASSERT_TRUE(r.submit.ok());
+  for (const Status& s : r.statuses) {
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_NE(s.message().find("gemm_max_workspace_bytes"), std::string::npos);
+  }
+}
+
+TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  const CudaExecutorMemory& m = ex->memory();
+  const std::size_t gemm_tpads = kernels::GemmPathTpadBuckets(ex->shape()).size();
+  EXPECT_EQ(m.graphs.size(), ex->buckets().size() * (ex->paths().size() - 1 + gemm_tpads));
+  EXPECT_GT(m.kv_cache_bytes, 0u);
+  EXPECT_GT(m.slot_device_bytes, 0u);
+  EXPECT_GT(m.pinned_bytes, 0u);
+  EXPECT_GE(m.total_device_bytes, m.kv_cache_bytes + m.slot_device_bytes + m.workspace_bytes);
+  EXPECT_EQ(m.graphs.front().bucket, ex->buckets().back()) << "largest bucket captured first";
+  std::printf("%s", m.ToString().c_str());
+  EXPECT_EQ(ex->SelectPath("nope").code(), StatusCode::kNotFound);
+  CudaExecutorOptions o = Options();
+  o.paths = {"gemm", "gemm"};
+  EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kInvalidArgument);
+  o.paths = {"no_such_path"};
+  EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kNotFound);
+  o.paths = {"gemm"};
+  o.num_slots = 1;
+  EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace attnrt::runtime
