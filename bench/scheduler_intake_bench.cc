@@ -36,7 +36,7 @@ namespace attnrt::scheduler {
 namespace {
 
 constexpr int kRequestsPerRound = 200'000;
-constexpr int kQueueSize = 1 << 16;
+constexpr int kQueueSize = 4096;  // SchedulerOptions default
 constexpr int kSequences = 4096;
 
 double ThreadCpuNs() {

@@ -3,7 +3,9 @@
 // mark of live requests).
 #include "scheduler/request_slot.h"
 
+#include <functional>
 #include <new>
+#include <thread>
 
 namespace attnrt::scheduler::internal {
 
@@ -64,8 +66,16 @@ void SlotPool::Grow(Slot** out, std::size_t n) {
 }
 
 Slot* SlotPool::Acquire() {
-  Slot* slot = nullptr;
-  if (!free_.try_dequeue(slot)) Grow(&slot, 1);
+  static thread_local const std::size_t shard_index =
+      std::hash<std::thread::id>{}(std::this_thread::get_id()) % kShards;
+  Shard& shard = shards_[shard_index];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.slots.empty()) {
+    shard.slots.resize(kShardRefill);
+    AcquireBulk(shard.slots.data(), kShardRefill);
+  }
+  Slot* slot = shard.slots.back();
+  shard.slots.pop_back();
   return slot;
 }
 

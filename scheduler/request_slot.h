@@ -70,7 +70,8 @@ class SlotPool {
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
 
-  // A slot in phase kFree; grows when none is free.
+  // A slot in phase kFree; grows when none is free. Served from a per-thread-shard cache that
+  // refills in bulk, so concurrent callers rarely meet on the shared free list.
   Slot* Acquire();
   // Fills out[0..n) (growing as needed); for per-producer caches.
   void AcquireBulk(Slot** out, std::size_t n);
@@ -85,8 +86,16 @@ class SlotPool {
   struct Slab;
   void Grow(Slot** out, std::size_t n);
 
+  static constexpr int kShards = 16;
+  static constexpr std::size_t kShardRefill = 32;
+  struct alignas(64) Shard {
+    std::mutex mu;
+    std::vector<Slot*> slots;  // guarded by mu
+  };
+
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
   int slab_slots_;
+  Shard shards_[kShards];
   moodycamel::ConcurrentQueue<Slot*> free_;
   mutable std::mutex grow_mu_;
   std::vector<std::unique_ptr<Slab>> slabs_;  // guarded by grow_mu_
