@@ -110,8 +110,10 @@ class Scheduler {
   class Producer;
 
   // `executor` and `clock` must outlive the scheduler; a null clock means the steady clock. The
-  // scheduler is the only caller of executor->Submit while it lives. InvalidArgument names the
-  // bad option.
+  // scheduler is the only caller of executor->Submit while it lives. Submit calls
+  // executor->SequenceLength(id, 0) from the submitting thread, concurrently with batches
+  // running, so the executor must make that query thread-safe. InvalidArgument names the bad
+  // option.
   static StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
                                                      runtime::Executor* executor,
                                                      Clock* clock = nullptr);
