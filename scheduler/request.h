@@ -1,67 +1,15 @@
-// The scheduler's request and result types (included by scheduler/scheduler.h, its public face).
+// The scheduler's request and result types: the public ones of api/request.h.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <functional>
-#include <optional>
-#include <span>
-#include <vector>
-
-#include "api/half.h"
-#include "api/status.h"
-#include "runtime/executor.h"
+#include "api/request.h"
+#include "runtime/executor.h"  // runtime::SequenceId, used across scheduler/
 
 namespace attnrt::scheduler {
 
-namespace internal {
-struct HandleAccess;
-}  // namespace internal
-
-// One decode step of one (sequence, layer): the new token's query, key and value.
-struct DecodeRequest {
-  runtime::SequenceId sequence_id = 0;
-  int layer = 0;
-  // 0 is the highest level; [0, SchedulerOptions::num_priority_levels).
-  int priority = 0;
-  // Overrides SchedulerOptions::default_timeout for this request; it may only be shorter (a
-  // longer one is rejected with InvalidArgument, never silently clamped). Must be > 0.
-  std::optional<std::chrono::microseconds> timeout;
-  // Copied into scheduler-owned staging during Submit: the caller's buffers are free on return.
-  std::span<const Half> q;  // [H][D]
-  std::span<const Half> k;  // [Hkv][D]
-  std::span<const Half> v;  // [Hkv][D]
-  // Optional destinations, written before the result is delivered; they must stay valid until
-  // then. Without `out` the output comes back in DecodeResult::output.
-  Half* out = nullptr;   // [H][D]
-  float* lse = nullptr;  // [H]
-  // Without `lse`: return the log-sum-exp per head in DecodeResult::lse.
-  bool want_lse = false;
-};
-
-struct DecodeResult {
-  Status status;
-  std::vector<Half> output;  // [H][D] when OK and the request gave no `out`; else empty
-  std::vector<float> lse;    // [H] when OK, want_lse and no `lse` destination; else empty
-};
-
-// Runs once per accepted request on a completion thread (never the batching thread, never the
-// caller of Submit). An exception it throws is caught and logged.
-using DoneCallback = std::function<void(DecodeResult)>;
-
-// Names one accepted request for Scheduler::Cancel. Copyable; stays safe to use after the
-// request completed (Cancel then returns false), but not after the Scheduler is destroyed.
-class RequestHandle {
- public:
-  RequestHandle() = default;
-  bool valid() const { return slot_ != nullptr; }
-  friend bool operator==(const RequestHandle&, const RequestHandle&) = default;
-
- private:
-  friend struct internal::HandleAccess;
-  RequestHandle(void* slot, std::uint64_t generation) : slot_(slot), generation_(generation) {}
-  void* slot_ = nullptr;
-  std::uint64_t generation_ = 0;
-};
+using ::attnrt::DecodeRequest;
+using ::attnrt::DecodeResult;
+using ::attnrt::DoneCallback;
+using ::attnrt::RequestHandle;
+using ::attnrt::Submission;
 
 }  // namespace attnrt::scheduler

@@ -97,11 +97,6 @@ struct SchedulerOptions {
   int completion_threads = 2;
 };
 
-// A Submit that returns a future.
-struct Submission {
-  RequestHandle handle;
-  std::future<DecodeResult> result;
-};
 
 // Thread safety: Submit, Cancel, CreateProducer, Metrics and PrometheusText from any thread;
 // Drain and Shutdown from any thread, any number of times (later calls wait for the first).

@@ -1,0 +1,75 @@
+// The public request and result types of attnrt (leaf types: no CUDA, nothing from another
+// folder). The Runtime facade (api/runtime.h) and the scheduler both use them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "api/half.h"
+#include "api/status.h"
+
+namespace attnrt {
+
+namespace scheduler::internal {
+struct HandleAccess;
+}  // namespace scheduler::internal
+
+// One decode step of one (sequence, layer): the new token's query, key and value.
+struct DecodeRequest {
+  std::uint64_t sequence_id = 0;
+  int layer = 0;
+  // 0 is the highest level; [0, num_priority_levels) of the runtime options.
+  int priority = 0;
+  // Overrides the default_timeout option for this request; it may only be shorter (a
+  // longer one is rejected with InvalidArgument, never silently clamped). Must be > 0.
+  std::optional<std::chrono::microseconds> timeout;
+  // Copied into scheduler-owned staging during Submit: the caller's buffers are free on return.
+  std::span<const Half> q;  // [H][D]
+  std::span<const Half> k;  // [Hkv][D]
+  std::span<const Half> v;  // [Hkv][D]
+  // Optional destinations, written before the result is delivered; they must stay valid until
+  // then. Without `out` the output comes back in DecodeResult::output.
+  Half* out = nullptr;   // [H][D]
+  float* lse = nullptr;  // [H]
+  // Without `lse`: return the log-sum-exp per head in DecodeResult::lse.
+  bool want_lse = false;
+};
+
+struct DecodeResult {
+  Status status;
+  std::vector<Half> output;  // [H][D] when OK and the request gave no `out`; else empty
+  std::vector<float> lse;    // [H] when OK, want_lse and no `lse` destination; else empty
+};
+
+// Runs once per accepted request on a completion thread (never the batching thread, never the
+// caller of Submit). An exception it throws is caught and logged.
+using DoneCallback = std::function<void(DecodeResult)>;
+
+// Names one accepted request for Scheduler::Cancel. Copyable; stays safe to use after the
+// request completed (Cancel then returns false), but not after the Scheduler is destroyed.
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  bool valid() const { return slot_ != nullptr; }
+  friend bool operator==(const RequestHandle&, const RequestHandle&) = default;
+
+ private:
+  friend struct scheduler::internal::HandleAccess;
+  RequestHandle(void* slot, std::uint64_t generation) : slot_(slot), generation_(generation) {}
+  void* slot_ = nullptr;
+  std::uint64_t generation_ = 0;
+};
+
+
+// A Submit that returns a future.
+struct Submission {
+  RequestHandle handle;
+  std::future<DecodeResult> result;
+};
+
+}  // namespace attnrt
