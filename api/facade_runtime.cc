@@ -1,0 +1,168 @@
+// The Runtime facade: an executor (CUDA when a device is present, else the CPU reference) behind
+// the batching scheduler. Everything here is wiring; the policy lives in scheduler/ and the work
+// in runtime/.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "api/runtime.h"
+#include "kernels/cuda_check.h"
+#include "kvcache/kvcache.h"
+#include "runtime/cpu_executor.h"
+#include "runtime/cuda_executor.h"
+#include "scheduler/scheduler.h"
+
+namespace attnrt {
+namespace {
+
+constexpr std::size_t kDefaultCpuCacheBytes = std::size_t{256} << 20;
+
+class RuntimeImpl final : public Runtime {
+ public:
+  RuntimeImpl(std::unique_ptr<runtime::Executor> executor, std::string description)
+      : executor_(std::move(executor)), description_(std::move(description)) {}
+
+  ~RuntimeImpl() override {
+    scheduler_.reset();  // Shutdown(): fails what is queued, waits for what is in flight
+    executor_->Wait();
+  }
+
+  Status Start(const RuntimeOptions& o) {
+    scheduler::SchedulerOptions so;
+    so.max_batch_size = o.max_batch_size;
+    so.min_batch_size = o.min_batch_size;
+    so.max_queue_delay = o.max_queue_delay;
+    so.max_queue_size = o.max_queue_size;
+    so.default_timeout = o.default_timeout;
+    so.num_priority_levels = o.num_priority_levels;
+    so.check_finite = o.check_finite;
+    so.completion_threads = o.completion_threads;
+    ATTNRT_ASSIGN_OR_RETURN(scheduler_, scheduler::Scheduler::Create(so, executor_.get()));
+    return Status::Ok();
+  }
+
+  std::string device_description() const override { return description_; }
+  const ModelShape& shape() const override { return executor_->shape(); }
+
+  Status CreateSequence(std::uint64_t id) override { return executor_->CreateSequence(id); }
+  Status ForkSequence(std::uint64_t parent, std::uint64_t child) override {
+    return executor_->ForkSequence(parent, child);
+  }
+  Status FreeSequence(std::uint64_t id) override { return executor_->FreeSequence(id); }
+
+  Status Prefill(std::uint64_t id, int layer, int num_tokens, std::span<const Half> k,
+                 std::span<const Half> v) override {
+    if (num_tokens < 1) {
+      return InvalidArgumentError("num_tokens = " + std::to_string(num_tokens) + ", expected >= 1");
+    }
+    const std::size_t expected = static_cast<std::size_t>(num_tokens) * shape().kv_token_elems();
+    if (k.size() != expected || v.size() != expected) {
+      return InvalidArgumentError(std::string(k.size() != expected ? "k" : "v") + " has " +
+                                  std::to_string(k.size() != expected ? k.size() : v.size()) +
+                                  " elements, expected num_tokens*Hkv*D = " +
+                                  std::to_string(expected));
+    }
+    return executor_->Prefill(id, layer, num_tokens, k.data(), v.data());
+  }
+
+  StatusOr<int> SequenceLength(std::uint64_t id, int layer) const override {
+    return executor_->SequenceLength(id, layer);
+  }
+
+  StatusOr<Submission> Submit(const DecodeRequest& request) override {
+    return scheduler_->Submit(request);
+  }
+  StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done) override {
+    return scheduler_->Submit(request, std::move(done));
+  }
+  bool Cancel(const RequestHandle& handle) override { return scheduler_->Cancel(handle); }
+
+  void Drain() override { scheduler_->Drain(); }
+  void Shutdown() override { scheduler_->Shutdown(); }
+
+  std::string MetricsText() const override {
+    std::string text = scheduler_->PrometheusText();
+    const runtime::ExecutorStats s = executor_->stats();
+    text += "# HELP attnrt_executor_batches_total Batches the executor ran.\n";
+    text += "# TYPE attnrt_executor_batches_total counter\n";
+    text += "attnrt_executor_batches_total " + std::to_string(s.batches) + "\n";
+    text += "# HELP attnrt_executor_requests_total Requests the executor ran.\n";
+    text += "# TYPE attnrt_executor_requests_total counter\n";
+    text += "attnrt_executor_requests_total " + std::to_string(s.requests) + "\n";
+    text += "# HELP attnrt_executor_failed_batches_total Batches that failed as a whole.\n";
+    text += "# TYPE attnrt_executor_failed_batches_total counter\n";
+    text += "attnrt_executor_failed_batches_total " + std::to_string(s.failed_batches) + "\n";
+    return text;
+  }
+
+ private:
+  std::unique_ptr<runtime::Executor> executor_;
+  std::string description_;
+  std::unique_ptr<scheduler::Scheduler> scheduler_;  // after executor_: destroyed first
+};
+
+StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptions& o,
+                                                             std::string* description) {
+  runtime::CudaExecutorOptions co;
+  co.shape = o.shape;
+  co.num_blocks = o.kv_cache_bytes ? kvcache::BlocksForBudget(o.shape, o.kv_cache_bytes) : 0;
+  co.kv_memory_fraction = o.kv_cache_fraction;
+  if (!o.buckets.empty()) co.buckets = o.buckets;
+  co.max_batch_size = std::max(co.max_batch_size, o.max_batch_size);
+  co.mode = o.use_graphs ? runtime::LaunchMode::kGraph : runtime::LaunchMode::kEager;
+  if (!o.decode_variant.empty()) co.paths = {o.decode_variant};
+  ATTNRT_ASSIGN_OR_RETURN(std::unique_ptr<runtime::CudaExecutor> executor,
+                          runtime::CreateCudaExecutor(co));
+  int device = 0;
+  cudaDeviceProp prop{};
+  std::string name = "CUDA device";
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    name = prop.name;
+  }
+  *description = name + " (CUDA executor, " + (o.use_graphs ? "graph replay" : "eager") +
+                 ", path " + std::string(executor->active_path()) + ")";
+  return std::unique_ptr<runtime::Executor>(std::move(executor));
+}
+
+StatusOr<std::unique_ptr<runtime::Executor>> MakeCpuExecutor(const RuntimeOptions& o,
+                                                            std::string* description) {
+  runtime::CpuExecutorOptions co;
+  co.shape = o.shape;
+  co.num_blocks = kvcache::BlocksForBudget(
+      o.shape, o.kv_cache_bytes ? o.kv_cache_bytes : kDefaultCpuCacheBytes);
+  if (!o.buckets.empty()) co.buckets = o.buckets;
+  co.max_batch_size = std::max(co.max_batch_size, o.max_batch_size);
+  ATTNRT_ASSIGN_OR_RETURN(std::unique_ptr<runtime::CpuExecutor> executor,
+                          runtime::CpuExecutor::Create(co));
+  *description = "CPU executor (reference kernel)";
+  return std::unique_ptr<runtime::Executor>(std::move(executor));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options) {
+  ATTNRT_RETURN_IF_ERROR(options.shape.Validate());
+  if (options.kv_cache_fraction <= 0.0 || options.kv_cache_fraction > 1.0) {
+    return InvalidArgumentError("RuntimeOptions.kv_cache_fraction = " +
+                                std::to_string(options.kv_cache_fraction) +
+                                ", expected in (0, 1]");
+  }
+  const bool use_cuda = options.device == DeviceKind::kCuda ||
+                        (options.device == DeviceKind::kAuto && CudaDeviceAvailable());
+  std::string description;
+  std::unique_ptr<runtime::Executor> executor;
+  if (use_cuda) {
+    ATTNRT_ASSIGN_OR_RETURN(executor, MakeCudaExecutor(options, &description));
+  } else {
+    ATTNRT_ASSIGN_OR_RETURN(executor, MakeCpuExecutor(options, &description));
+  }
+  auto rt = std::make_unique<RuntimeImpl>(std::move(executor), std::move(description));
+  ATTNRT_RETURN_IF_ERROR(rt->Start(options));
+  return std::unique_ptr<Runtime>(std::move(rt));
+}
+
+}  // namespace attnrt

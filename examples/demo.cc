@@ -1,0 +1,309 @@
+// The runtime demo (README's first command): several threads submit decode requests for many
+// sequences and layers; the runtime batches them and runs them on the GPU when one is present,
+// else on the CPU executor. Every output is checked against a dense FP64 attention over a host
+// mirror of the cache, and a short report is printed.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/runtime.h"
+
+namespace {
+
+using attnrt::Half;
+using Clock = std::chrono::steady_clock;
+
+struct DemoOptions {
+  attnrt::DeviceKind device = attnrt::DeviceKind::kAuto;
+  int threads = 4;
+  int sequences = 32;
+  int layers = 2;
+  int steps = 8;
+  int context = 512;
+  int heads = 32;
+  int kv_heads = 8;
+  int head_dim = 128;
+  int block_size = 16;
+  int window_us = 200;
+  int max_batch = 32;
+};
+
+void PrintHelp() {
+  std::printf(
+      "demo: batched paged decode attention through the attnrt runtime, checked against a\n"
+      "dense FP64 reference.\n\n"
+      "  --device auto|cuda|cpu   executor (default auto: CUDA when a GPU is present)\n"
+      "  --threads N              submitting threads (4)\n"
+      "  --sequences N            sequences (32)\n"
+      "  --layers N               layers (2)\n"
+      "  --steps N                decode steps per sequence and layer (8)\n"
+      "  --context N              prompt tokens prefilled per sequence (512)\n"
+      "  --heads N --kv-heads N   query and KV heads (32, 8)\n"
+      "  --head-dim N             64, 128 or 256 (128)\n"
+      "  --block-size N           8, 16, 32 or 64 (16)\n"
+      "  --window-us N            batching window: max queue delay in us (200)\n"
+      "  --max-batch N            max batch size (32)\n"
+      "  --help                   this text\n");
+}
+
+bool ParseArgs(int argc, char** argv, DemoOptions* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      PrintHelp();
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "demo: %s needs a value (see --help)\n", a.c_str());
+      return false;
+    }
+    std::string v = argv[++i];
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    const bool numeric = end && *end == '\0';
+    auto num = [&](int* field) {
+      if (!numeric || n < 0) {
+        std::fprintf(stderr, "demo: %s = '%s' is not a non-negative integer\n", a.c_str(),
+                     v.c_str());
+        return false;
+      }
+      *field = static_cast<int>(n);
+      return true;
+    };
+    if (a == "--device") {
+      if (v == "auto") o->device = attnrt::DeviceKind::kAuto;
+      else if (v == "cuda") o->device = attnrt::DeviceKind::kCuda;
+      else if (v == "cpu") o->device = attnrt::DeviceKind::kCpu;
+      else {
+        std::fprintf(stderr, "demo: --device = '%s', expected auto, cuda or cpu\n", v.c_str());
+        return false;
+      }
+    } else if (a == "--threads") { if (!num(&o->threads)) return false;
+    } else if (a == "--sequences") { if (!num(&o->sequences)) return false;
+    } else if (a == "--layers") { if (!num(&o->layers)) return false;
+    } else if (a == "--steps") { if (!num(&o->steps)) return false;
+    } else if (a == "--context") { if (!num(&o->context)) return false;
+    } else if (a == "--heads") { if (!num(&o->heads)) return false;
+    } else if (a == "--kv-heads") { if (!num(&o->kv_heads)) return false;
+    } else if (a == "--head-dim") { if (!num(&o->head_dim)) return false;
+    } else if (a == "--block-size") { if (!num(&o->block_size)) return false;
+    } else if (a == "--window-us") { if (!num(&o->window_us)) return false;
+    } else if (a == "--max-batch") { if (!num(&o->max_batch)) return false;
+    } else {
+      std::fprintf(stderr, "demo: unknown option %s (see --help)\n", a.c_str());
+      return false;
+    }
+  }
+  if (o->threads < 1 || o->sequences < 1 || o->steps < 1 || o->context < 1) {
+    std::fprintf(stderr, "demo: --threads, --sequences, --steps and --context must be >= 1\n");
+    return false;
+  }
+  return true;
+}
+
+std::vector<Half> RandomHalves(std::mt19937& rng, std::size_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<Half> out(n);
+  for (Half& h : out) h = attnrt::FloatToHalf(normal(rng));
+  return out;
+}
+
+// Host mirror of one (sequence, layer): K and V as the cache holds them (FP16 values).
+struct Mirror {
+  std::vector<float> k, v;  // [tokens][Hkv][D]
+};
+
+void Append(Mirror* m, const std::vector<Half>& k, const std::vector<Half>& v) {
+  for (Half h : k) m->k.push_back(attnrt::HalfToFloat(h));
+  for (Half h : v) m->v.push_back(attnrt::HalfToFloat(h));
+}
+
+// Dense FP64 decode attention for one request; returns max |out - ref| over all heads.
+double MaxError(const attnrt::ModelShape& s, const Mirror& m, const std::vector<Half>& q,
+                const std::vector<Half>& out) {
+  const int d = s.head_dim, hkv = s.num_kv_heads, g = s.group_size();
+  const std::size_t tokens = m.k.size() / (static_cast<std::size_t>(hkv) * d);
+  double worst = 0.0;
+  std::vector<double> scores(tokens);
+  for (int h = 0; h < s.num_q_heads; ++h) {
+    const int kvh = h / g;
+    double mx = -1e300;
+    for (std::size_t t = 0; t < tokens; ++t) {
+      double dot = 0.0;
+      const float* kr = &m.k[(t * hkv + kvh) * d];
+      for (int i = 0; i < d; ++i) dot += attnrt::HalfToFloat(q[h * d + i]) * double(kr[i]);
+      scores[t] = dot * s.scale();
+      mx = std::max(mx, scores[t]);
+    }
+    double sum = 0.0;
+    for (double& x : scores) sum += (x = std::exp(x - mx));
+    for (int i = 0; i < d; ++i) {
+      double acc = 0.0;
+      for (std::size_t t = 0; t < tokens; ++t) acc += scores[t] * m.v[(t * hkv + kvh) * d + i];
+      worst = std::max(worst, std::abs(acc / sum - attnrt::HalfToFloat(out[h * d + i])));
+    }
+  }
+  return worst;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  DemoOptions o;
+  if (!ParseArgs(argc, argv, &o)) return 2;
+
+  attnrt::RuntimeOptions ro;
+  ro.shape.num_layers = o.layers;
+  ro.shape.num_q_heads = o.heads;
+  ro.shape.num_kv_heads = o.kv_heads;
+  ro.shape.head_dim = o.head_dim;
+  ro.shape.block_size = o.block_size;
+  ro.shape.max_context = o.context + o.steps + 1;
+  ro.device = o.device;
+  ro.max_batch_size = o.max_batch;
+  ro.max_queue_delay = std::chrono::microseconds(o.window_us);
+  const std::size_t kv_bytes_needed = static_cast<std::size_t>(o.sequences) * o.layers * 2 *
+                                      (o.context + o.steps + 2 * o.block_size) * o.kv_heads *
+                                      o.head_dim * sizeof(Half);
+  ro.kv_cache_bytes = kv_bytes_needed + (64u << 20);
+
+  auto created = attnrt::Runtime::Create(ro);
+  if (!created.ok()) {
+    std::fprintf(stderr, "demo: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  attnrt::Runtime& rt = **created;
+  const attnrt::ModelShape& s = rt.shape();
+  std::printf("attnrt demo on %s\n", rt.device_description().c_str());
+  std::printf("shape: %d layers, H=%d, Hkv=%d, D=%d, block %d; %d sequences x %d prompt tokens\n",
+              s.num_layers, s.num_q_heads, s.num_kv_heads, s.head_dim, s.block_size, o.sequences,
+              o.context);
+
+  // Sequences with random prompts, mirrored on the host.
+  const std::size_t kv_elems = static_cast<std::size_t>(s.num_kv_heads) * s.head_dim;
+  const std::size_t q_elems = static_cast<std::size_t>(s.num_q_heads) * s.head_dim;
+  std::vector<std::vector<Mirror>> mirrors(o.sequences, std::vector<Mirror>(o.layers));
+  std::mt19937 rng(2026);
+  for (int seq = 0; seq < o.sequences; ++seq) {
+    if (auto st = rt.CreateSequence(seq); !st.ok()) {
+      std::fprintf(stderr, "demo: CreateSequence: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    for (int layer = 0; layer < o.layers; ++layer) {
+      auto k = RandomHalves(rng, kv_elems * o.context), v = RandomHalves(rng, kv_elems * o.context);
+      if (auto st = rt.Prefill(seq, layer, o.context, k, v); !st.ok()) {
+        std::fprintf(stderr, "demo: Prefill: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      Append(&mirrors[seq][layer], k, v);
+    }
+  }
+
+  // Each thread owns the sequences seq % threads == t and runs decode steps over all layers,
+  // submitting one round (its sequences, one layer) at a time and checking every output.
+  std::atomic<long> completed{0}, failed{0};
+  std::vector<double> worst_error(o.threads, 0.0);
+  std::vector<std::vector<double>> latencies_us(o.threads);
+  std::atomic<long> done_requests{0};
+  const long total = static_cast<long>(o.sequences) * o.layers * o.steps;
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < o.threads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 trng(1000 + t);
+      for (int step = 0; step < o.steps; ++step) {
+        for (int layer = 0; layer < o.layers; ++layer) {
+          struct Pending {
+            int seq;
+            std::vector<Half> q;
+            Clock::time_point submitted;
+            std::future<attnrt::DecodeResult> result;
+          };
+          std::vector<Pending> round;
+          for (int seq = t; seq < o.sequences; seq += o.threads) {
+            Pending p{seq, RandomHalves(trng, q_elems), Clock::now(), {}};
+            auto k = RandomHalves(trng, kv_elems), v = RandomHalves(trng, kv_elems);
+            attnrt::DecodeRequest req;
+            req.sequence_id = seq;
+            req.layer = layer;
+            req.q = p.q;
+            req.k = k;
+            req.v = v;
+            auto submitted = rt.Submit(req);
+            if (!submitted.ok()) {
+              if (failed++ < 5) {
+                std::fprintf(stderr, "demo: Submit: %s\n", submitted.status().ToString().c_str());
+              }
+              continue;
+            }
+            p.result = std::move(submitted->result);
+            Append(&mirrors[seq][layer], k, v);
+            round.push_back(std::move(p));
+          }
+          for (Pending& p : round) {
+            attnrt::DecodeResult r = p.result.get();
+            latencies_us[t].push_back(
+                std::chrono::duration<double, std::micro>(Clock::now() - p.submitted).count());
+            if (!r.status.ok()) {
+              if (failed++ < 5) std::fprintf(stderr, "demo: %s\n", r.status.ToString().c_str());
+              continue;
+            }
+            worst_error[t] =
+                std::max(worst_error[t], MaxError(s, mirrors[p.seq][layer], p.q, r.output));
+            ++completed;
+          }
+          const long d = done_requests += static_cast<long>(round.size());
+          if (t == 0 && (step + 1) % std::max(1, o.steps / 4) == 0 && layer == o.layers - 1) {
+            std::printf("  progress: %ld / %ld requests\n", d, total);
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  rt.Drain();
+
+  std::vector<double> all;
+  for (auto& v : latencies_us) all.insert(all.end(), v.begin(), v.end());
+  const double err = *std::max_element(worst_error.begin(), worst_error.end());
+  const bool ok = failed == 0 && completed == total && err <= 2e-3;
+  std::printf("\nrequests: %ld completed, %ld failed, of %ld\n", completed.load(), failed.load(),
+              total);
+  std::printf("throughput: %.0f requests/s over %.3f s (%d threads)\n", total / seconds, seconds,
+              o.threads);
+  std::printf("latency (submit to result, as the caller sees it): p50 %.1f us, p99 %.1f us\n",
+              Percentile(all, 0.5), Percentile(all, 0.99));
+  std::printf("max |out - ref| vs dense FP64 reference: %.2e (tolerance 2e-3)\n", err);
+  std::printf("\nmetrics (Prometheus text, non-zero series):\n");
+  const std::string metrics = rt.MetricsText();
+  std::size_t pos = 0;
+  while (pos < metrics.size()) {
+    std::size_t end = metrics.find('\n', pos);
+    if (end == std::string::npos) end = metrics.size();
+    std::string line = metrics.substr(pos, end - pos);
+    const bool zero = line.size() >= 2 && line.compare(line.size() - 2, 2, " 0") == 0;
+    if (!line.empty() && line[0] != '#' && line.find("_bucket") == std::string::npos && !zero) {
+      std::printf("  %s\n", line.c_str());
+    }
+    pos = end + 1;
+  }
+  std::printf("\n%s\n", ok ? "demo: OK" : "demo: FAILED");
+  return ok ? 0 : 1;
+}
