@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/decode.h"
+#include "runtime/batch_io_kernels.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/cuda_resources.h"
 #include "tests/support/random_fp16.h"
@@ -86,7 +88,12 @@ ExecutorCase* GetCase(const ShapeCase& sc, LaunchMode mode, std::string* error) 
   o.shape = ShapeOf(sc);
   o.mode = mode;
   o.record_timings = true;
-  int seqs = 16;  // the stage runs' sequences
+  // Every decode variant, production default first (the one the Step runs use).
+  o.paths = {std::string(kernels::DefaultDecodeVariant().name)};
+  for (const kernels::DecodeVariant& v : kernels::DecodeVariants()) {
+    if (v.name != o.paths[0]) o.paths.emplace_back(v.name);
+  }
+  int seqs = 32;  // the stage and path runs' sequences
   for (int b : sc.batches) seqs += b;
   o.num_blocks = seqs * ((sc.context + 256) / o.shape.block_size + 2);
   auto ex = CreateCudaExecutor(o);
@@ -152,18 +159,23 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// `key` picks the input set (sequences): runs that must not grow the main runs' sequences use
+// their own. `path` empty: the production default.
 void BM_Step(benchmark::State& state, const ShapeCase& sc, LaunchMode mode, MemoryKind memory,
-             int b, unsigned disabled_stages = 0) {
+             int b, unsigned disabled_stages = 0, int key = 0, const std::string& path = "") {
   std::string error;
   ExecutorCase* c = GetCase(sc, mode, &error);
-  const int key = disabled_stages != 0 || b < 0 ? -std::abs(b) : b;
-  b = std::abs(b);
-  BatchInputs* in = c ? GetInputs(*c, sc, b, key, &error) : nullptr;
+  BatchInputs* in = c ? GetInputs(*c, sc, b, key == 0 ? b : key, &error) : nullptr;
   if (in == nullptr) {
     state.SkipWithError(error.c_str());
     return;
   }
   CudaExecutor& ex = *c->ex;
+  const std::string default_path(ex.active_path());
+  if (!path.empty() && !ex.SelectPath(path).ok()) {
+    state.SkipWithError(("no path " + path).c_str());
+    return;
+  }
   ex.SetDisabledStagesForBenchmark(disabled_stages);
   std::vector<double> gpu, e2e, submit, plan, pack, launch;
   double t_sum = 0;
@@ -230,6 +242,7 @@ void BM_Step(benchmark::State& state, const ShapeCase& sc, LaunchMode mode, Memo
     state.SetIterationTime(g * 1e-6);
   }
   ex.SetDisabledStagesForBenchmark(0);
+  (void)ex.SelectPath(default_path);
   state.counters["gpu_us_med"] = Median(gpu);
   state.counters["e2e_us_med"] = Median(e2e);
   state.counters["submit_us_med"] = Median(submit);
@@ -239,6 +252,139 @@ void BM_Step(benchmark::State& state, const ShapeCase& sc, LaunchMode mode, Memo
   state.counters["pack_us_per_req"] = Median(pack) / b;
   state.counters["plan_pack_us_per_req"] = (Median(plan) + Median(pack)) / b;
   state.counters["t_mean"] = step ? t_sum / step : 0.0;
+}
+
+// ---- floors: the same graph building blocks alone ------------------------------------------
+// launch-to-completion of graphs made of the step's pieces without the executor around them:
+// one no-op kernel (the gather kernel on an all-padding slot), one H2D or D2H memcpy node from or
+// to pinned memory, and the chain H2D -> kernel(s) -> D2H, with and without `disabled` extra
+// kernel nodes (what the executor's toggled-off gather/scatter cost).
+struct RawGraph {
+  Graph graph;
+  GraphExec exec;
+};
+
+void BM_RawGraph(benchmark::State& state, std::size_t h2d_bytes, int kernels, int disabled,
+                 std::size_t d2h_bytes, bool eager) {
+  auto stream = Stream::Create();
+  auto start = Event::Create(true);
+  auto end = Event::Create(true);
+  auto host_in = PinnedBuffer::Create(std::max<std::size_t>(h2d_bytes, 64));
+  auto host_out = PinnedBuffer::Create(std::max<std::size_t>(d2h_bytes, 64));
+  auto dev = DeviceBuffer::Create(std::max<std::size_t>(std::max(h2d_bytes, d2h_bytes), 64) + 64);
+  auto graph = Graph::Create();
+  if (!stream.ok() || !start.ok() || !end.ok() || !host_in.ok() || !host_out.ok() || !dev.ok() ||
+      !graph.ok()) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  cudaMemset(dev->data(), 0, dev->bytes());
+  BatchIoArgs io;  // one padding slot: the kernel reads kv_lengths[0] == 0 and exits
+  io.capacity = 1;
+  io.kv_lengths = dev->as<std::int32_t>(dev->bytes() - 64);
+  cudaGraph_t g = graph->get();
+  cudaGraphNode_t last = nullptr;
+  auto add = [&](Status s) {
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+  };
+  if (h2d_bytes > 0) {
+    cudaGraphAddMemcpyNode1D(&last, g, nullptr, 0, dev->data(), host_in->data(), h2d_bytes,
+                             cudaMemcpyHostToDevice);
+  }
+  std::vector<cudaGraphNode_t> off;
+  for (int i = 0; i < kernels + disabled; ++i) {
+    cudaGraphNode_t node = nullptr;
+    add(AddGatherNode(g, last ? &last : nullptr, last ? 1 : 0, io, &node));
+    last = node;
+    if (i >= kernels) off.push_back(node);
+  }
+  if (d2h_bytes > 0) {
+    cudaGraphNode_t node = nullptr;
+    cudaGraphAddMemcpyNode1D(&node, g, last ? &last : nullptr, last ? 1 : 0, host_out->data(),
+                             dev->data(), d2h_bytes, cudaMemcpyDeviceToHost);
+  }
+  if (eager) {  // the same pieces as stream-ordered launches
+    std::vector<double> gpu, host;
+    for (auto _ : state) {
+      cudaEventRecord(start->get(), stream->get());
+      const Clock::time_point t0 = Clock::now();
+      if (h2d_bytes > 0) {
+        cudaMemcpyAsync(dev->data(), host_in->data(), h2d_bytes, cudaMemcpyHostToDevice,
+                        stream->get());
+      }
+      for (int i = 0; i < kernels; ++i) add(LaunchGather(io, stream->get()));
+      if (d2h_bytes > 0) {
+        cudaMemcpyAsync(host_out->data(), dev->data(), d2h_bytes, cudaMemcpyDeviceToHost,
+                        stream->get());
+      }
+      const Clock::time_point t1 = Clock::now();
+      cudaEventRecord(end->get(), stream->get());
+      cudaEventSynchronize(end->get());
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start->get(), end->get());
+      gpu.push_back(ms * 1e3);
+      host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      state.SetIterationTime(ms * 1e-3);
+    }
+    state.counters["gpu_us_med"] = Median(gpu);
+    state.counters["launch_us_med"] = Median(host);
+    return;
+  }
+  auto exec = GraphExec::Instantiate(*graph);
+  if (!exec.ok()) {
+    state.SkipWithError(exec.status().ToString().c_str());
+    return;
+  }
+  for (cudaGraphNode_t n : off) cudaGraphNodeSetEnabled(exec->get(), n, 0);
+  cudaGraphUpload(exec->get(), stream->get());
+  for (int i = 0; i < 10; ++i) cudaGraphLaunch(exec->get(), stream->get());
+  cudaStreamSynchronize(stream->get());
+  std::vector<double> gpu, host;
+  for (auto _ : state) {
+    cudaEventRecord(start->get(), stream->get());
+    const Clock::time_point t0 = Clock::now();
+    cudaGraphLaunch(exec->get(), stream->get());
+    const Clock::time_point t1 = Clock::now();
+    cudaEventRecord(end->get(), stream->get());
+    cudaEventSynchronize(end->get());
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start->get(), end->get());
+    gpu.push_back(ms * 1e3);
+    host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    state.SetIterationTime(ms * 1e-3);
+  }
+  if (cudaGetLastError() != cudaSuccess) state.SkipWithError("CUDA error");
+  state.counters["gpu_us_med"] = Median(gpu);
+  state.counters["launch_us_med"] = Median(host);
+}
+
+void RegisterRawFloors() {
+  const struct {
+    const char* name;
+    std::size_t h2d;
+    int kernels, disabled;
+    std::size_t d2h;
+  } cases[] = {
+      {"kernel", 0, 1, 0, 0},
+      {"h2d_25KB", 25 << 10, 0, 0, 0},
+      {"d2h_8KB", 0, 0, 0, 8 << 10},
+      {"h2d_25KB_kernel_d2h_8KB", 25 << 10, 1, 0, 8 << 10},
+      {"h2d_25KB_3kernels_d2h_8KB", 25 << 10, 3, 0, 8 << 10},
+      {"h2d_25KB_3kernels_2disabled_d2h_8KB", 25 << 10, 3, 2, 8 << 10},
+  };
+  for (bool eager : {false, true}) {
+    for (const auto& c : cases) {
+      if (eager && c.disabled > 0) continue;
+      benchmark::RegisterBenchmark(
+          (std::string(eager ? "Floor/eager/" : "Floor/graph/") + c.name).c_str(),
+          [c, eager](benchmark::State& st) {
+            BM_RawGraph(st, c.h2d, c.kernels, c.disabled, c.d2h, eager);
+          })
+          ->UseManualTime()
+          ->Iterations(200)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
 }
 
 }  // namespace
@@ -252,38 +398,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const ShapeCase& sc : kShapes) {
-    // Stage costs of one graph step as differences (outputs of these runs are garbage; they run
-    // first, on sequences of their own batch size + 1000 so later runs read written tokens).
-    if (&sc == &kShapes[0]) {
-      const struct {
-        const char* name;
-        unsigned mask;
-      } masks[] = {
-          {"full", 0},
-          {"no_compute", CudaExecutor::kStageCompute},
-          {"compute_only", CudaExecutor::kStageH2D | CudaExecutor::kStageD2H},
-          {"h2d_only", CudaExecutor::kStageCompute | CudaExecutor::kStageD2H},
-          {"d2h_only", CudaExecutor::kStageCompute | CudaExecutor::kStageH2D},
-          {"empty", CudaExecutor::kStageH2D | CudaExecutor::kStageCompute |
-                        CudaExecutor::kStageD2H},
-      };
-      for (const auto& m : masks) {
-        for (int b : {1, 8}) {
-          const std::string name = std::string("Stages/") + sc.name + "/graph/host/" + m.name +
-                                   "/B" + std::to_string(b);
-          const unsigned mask = m.mask;
-          benchmark::RegisterBenchmark(name.c_str(),
-                                       [&sc, mask, b](benchmark::State& st) {
-                                         // -b: the stage runs' own sequences
-                                         BM_Step(st, sc, LaunchMode::kGraph, MemoryKind::kHost,
-                                                 -b, mask);
-                                       })
-              ->UseManualTime()
-              ->Iterations(64)
-              ->Unit(benchmark::kMicrosecond);
-        }
-      }
-    }
     for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
       for (MemoryKind mem : {MemoryKind::kHost, MemoryKind::kDevice}) {
         for (int b : sc.batches) {
@@ -301,7 +415,60 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // Stage costs of one graph step as differences (outputs of these runs are garbage; they run
+    // on sequences of their own).
+    if (&sc == &kShapes[0]) {
+      const struct {
+        const char* name;
+        unsigned mask;
+      } masks[] = {
+          {"full", 0},
+          {"no_compute", CudaExecutor::kStageCompute},
+          {"meta_h2d_compute", CudaExecutor::kStageH2DInputs | CudaExecutor::kStageD2H},
+          {"full_h2d_only", CudaExecutor::kStageCompute | CudaExecutor::kStageD2H},
+          {"meta_h2d_d2h", CudaExecutor::kStageCompute | CudaExecutor::kStageH2DInputs},
+          {"meta_h2d_only", CudaExecutor::kStageH2DInputs | CudaExecutor::kStageCompute |
+                                CudaExecutor::kStageD2H},
+      };
+      for (const auto& m : masks) {
+        for (int b : {1, 8}) {
+          const std::string name = std::string("Stages/") + sc.name + "/graph/host/" + m.name +
+                                   "/B" + std::to_string(b);
+          const unsigned mask = m.mask;
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [&sc, mask, b](benchmark::State& st) {
+                                         BM_Step(st, sc, LaunchMode::kGraph, MemoryKind::kHost,
+                                                 b, mask, /*key=*/-b);
+                                       })
+              ->UseManualTime()
+              ->Iterations(64)
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+    // Every decode variant at small batches, graph and eager (own sequences).
+    if (&sc == &kShapes[0]) {
+      for (const attnrt::kernels::DecodeVariant& v : attnrt::kernels::DecodeVariants()) {
+        for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+          for (int b : {1, 8}) {
+            const std::string path(v.name);
+            const std::string name = std::string("Path/") + sc.name + "/" + path + "/" +
+                                     (mode == LaunchMode::kGraph ? "graph" : "eager") +
+                                     "/host/B" + std::to_string(b);
+            benchmark::RegisterBenchmark(name.c_str(),
+                                         [&sc, mode, b, path](benchmark::State& st) {
+                                           BM_Step(st, sc, mode, MemoryKind::kHost, b, 0,
+                                                   /*key=*/-100 - b, path);
+                                         })
+                ->UseManualTime()
+                ->Iterations(64)
+                ->Unit(benchmark::kMicrosecond);
+          }
+        }
+      }
+    }
   }
+  RegisterRawFloors();
   benchmark::RunSpecifiedBenchmarks();
   Cases().clear();
   benchmark::Shutdown();

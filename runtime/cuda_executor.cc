@@ -102,7 +102,6 @@ struct DecodePath {
 
 // Which optional nodes a piece needs.
 struct NodeEnables {
-  bool h2d = true;        // the H2D copy (off only for SetDisabledStagesForBenchmark)
   bool h2d_full = true;  // host-memory q/k/v present (else the metadata-only copy)
   bool device_io = true;  // gather + scatter for device-memory requests
   bool d2h = true;        // host-memory outputs present
@@ -492,11 +491,9 @@ Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int slot, const No
   const SlotLayout& l = layouts[bucket];
   Slot& s = slots[slot];
   cudaStream_t st = stream.get();
-  if (e.h2d) {
-    ATTNRT_CUDA_RETURN(cudaMemcpyAsync(s.dev_in.data(), s.in.data(),
-                                       e.h2d_full ? l.in_bytes : l.meta_bytes,
-                                       cudaMemcpyHostToDevice, st));
-  }
+  ATTNRT_CUDA_RETURN(cudaMemcpyAsync(s.dev_in.data(), s.in.data(),
+                                     e.h2d_full ? l.in_bytes : l.meta_bytes,
+                                     cudaMemcpyHostToDevice, st));
   const BatchIoArgs io = IoArgsFor(bucket, slot);
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchGather(io, st));
   if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, slot));
@@ -570,8 +567,8 @@ Status CudaExecutor::Impl::SetEnables(CapturedGraph& g, const NodeEnables& e) {
   cudaGraphExec_t x = g.exec.get();
   const std::optional<NodeEnables> before = g.enabled;
   g.enabled.reset();  // unknown until every call below succeeded
-  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_full, e.h2d && e.h2d_full));
-  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_meta, e.h2d && !e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_full, e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_meta, !e.h2d_full));
   ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.gather, e.device_io));
   ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.scatter, e.device_io));
   ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.d2h, e.d2h));
@@ -743,10 +740,9 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       bool any_host = false, any_device = false;
       int max_kv_length = 0;
       Pack(piece, &any_host, &any_device, &max_kv_length);
-      e.h2d_full = any_host;
+      e.h2d_full = any_host && !(disabled_stages & kStageH2DInputs);
       e.device_io = any_device;
       e.d2h = any_host && !(disabled_stages & kStageD2H);
-      e.h2d = !(disabled_stages & kStageH2D);
       e.compute = !(disabled_stages & kStageCompute);
       const Clock::time_point t_launch = Clock::now();
       piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();

@@ -116,10 +116,11 @@ class CudaExecutor : public Executor {
   // The next `count` pieces fail at launch with a real CUDA error (an invalid launch in place
   // of the graph), as a failed launch would.
   void InjectLaunchFailuresForTesting(int count);
-  // Benchmarks only: leave whole stages out of every later piece (outputs are then garbage and
-  // the cache's new tokens unwritten), so that stage costs show as differences. A mask of
+  // Benchmarks only: leave stages out of every later piece (outputs are then garbage and the
+  // cache's new tokens unwritten), so that stage costs show as differences. kStageH2DInputs
+  // copies only the metadata (never stale: kernels always see this piece's lengths). A mask of
   // kStage* bits; 0 restores normal runs.
-  static constexpr unsigned kStageH2D = 1, kStageCompute = 2, kStageD2H = 4;
+  static constexpr unsigned kStageH2DInputs = 1, kStageCompute = 2, kStageD2H = 4;
   void SetDisabledStagesForBenchmark(unsigned mask);
   // Timings recorded since the last call (record_timings).
   std::vector<PieceTimings> TakeTimings();
