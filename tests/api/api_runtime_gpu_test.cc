@@ -1,0 +1,226 @@
+// The public Runtime end to end: sequences, prefill, decode requests from several threads,
+// outputs checked against a dense FP64 reference; bad input rejected with a Status naming the
+// field. Runs on the CPU executor everywhere and on the CUDA executor where a GPU is present.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "api/runtime.h"
+#include "kernels/cuda_check.h"
+#include "tests/support/dense_attention.h"
+#include "tests/support/random_fp16.h"
+
+namespace attnrt {
+namespace {
+
+using testing::DenseKv;
+using testing::FillNormal;
+using testing::NormalRng;
+
+std::vector<Half> Normal(NormalRng& rng, std::size_t n) {
+  std::vector<Half> v(n);
+  FillNormal(v, rng);
+  return v;
+}
+
+class RuntimeTest : public ::testing::TestWithParam<DeviceKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == DeviceKind::kCuda && !CudaDeviceAvailable()) {
+      GTEST_SKIP() << "no CUDA device: the CUDA executor case needs a GPU";
+    }
+    options_.shape.num_layers = 2;
+    options_.shape.num_q_heads = 8;
+    options_.shape.num_kv_heads = 2;
+    options_.shape.head_dim = 64;
+    options_.shape.block_size = 16;
+    options_.shape.max_context = 256;
+    options_.device = GetParam();
+    options_.kv_cache_bytes = std::size_t{8} << 20;
+    options_.max_batch_size = 16;
+    options_.max_queue_delay = std::chrono::microseconds(200);
+    options_.buckets = {1, 2, 4, 8, 16};
+    auto rt = Runtime::Create(options_);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(*rt);
+  }
+
+  RuntimeOptions options_;
+  std::unique_ptr<Runtime> rt_;
+};
+
+TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
+  const ModelShape& s = rt_->shape();
+  const int kSequences = 8, kSteps = 6, kThreads = 4, kPrompt = 37;
+  const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
+  std::vector<std::vector<DenseKv>> mirror(kSequences, std::vector<DenseKv>(s.num_layers));
+  NormalRng rng(11);
+  for (int seq = 0; seq < kSequences; ++seq) {
+    ASSERT_TRUE(rt_->CreateSequence(seq).ok());
+    for (int layer = 0; layer < s.num_layers; ++layer) {
+      auto k = Normal(rng, kv * kPrompt), v = Normal(rng, kv * kPrompt);
+      ASSERT_TRUE(rt_->Prefill(seq, layer, kPrompt, k, v).ok());
+      mirror[seq][layer].Append(k, v);
+    }
+  }
+  std::atomic<int> checked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      NormalRng trng(100 + t);
+      for (int step = 0; step < kSteps; ++step) {
+        for (int layer = 0; layer < s.num_layers; ++layer) {
+          for (int seq = t; seq < kSequences; seq += kThreads) {
+            auto q = Normal(trng, qn), k = Normal(trng, kv), v = Normal(trng, kv);
+            DecodeRequest req;
+            req.sequence_id = seq;
+            req.layer = layer;
+            req.q = q;
+            req.k = k;
+            req.v = v;
+            auto sub = rt_->Submit(req);
+            ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+            mirror[seq][layer].Append(k, v);
+            DecodeResult r = sub->result.get();
+            ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+            ASSERT_EQ(r.output.size(), qn);
+            auto err = testing::CompareToReference(
+                r.output, testing::DenseDecode(s, mirror[seq][layer], q));
+            EXPECT_LE(err.max_abs, 2e-3) << "seq " << seq << " layer " << layer << " step " << step;
+            EXPECT_LE(err.rel_l2, 1e-3) << "seq " << seq << " layer " << layer << " step " << step;
+            ++checked;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(checked.load(), kSequences * kSteps * s.num_layers);
+  for (int seq = 0; seq < kSequences; ++seq) {
+    auto len = rt_->SequenceLength(seq, 1);
+    ASSERT_TRUE(len.ok());
+    EXPECT_EQ(*len, kPrompt + kSteps);
+  }
+}
+
+TEST_P(RuntimeTest, RejectsMalformedRequestsNamingTheField) {
+  const ModelShape& s = rt_->shape();
+  ASSERT_TRUE(rt_->CreateSequence(7).ok());
+  std::vector<Half> q(std::size_t(s.num_q_heads) * s.head_dim), k(s.kv_token_elems()),
+      v(s.kv_token_elems());
+  NormalRng rng(3);
+  FillNormal(q, rng);
+  FillNormal(k, rng);
+  FillNormal(v, rng);
+  DecodeRequest req;
+  req.sequence_id = 7;
+  req.q = std::span<const Half>(q).first(q.size() - 1);
+  req.k = k;
+  req.v = v;
+  auto bad_q = rt_->Submit(req);
+  ASSERT_FALSE(bad_q.ok());
+  EXPECT_EQ(bad_q.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_q.status().message().find("q"), std::string::npos) << bad_q.status().ToString();
+
+  req.q = q;
+  req.layer = s.num_layers;
+  auto bad_layer = rt_->Submit(req);
+  ASSERT_FALSE(bad_layer.ok());
+  EXPECT_NE(bad_layer.status().message().find("layer"), std::string::npos);
+
+  req.layer = 0;
+  req.sequence_id = 12345;
+  auto unknown = rt_->Submit(req);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("12345"), std::string::npos);
+
+  Status prefill = rt_->Prefill(7, 0, 2, k, v);  // k holds one token, not two
+  EXPECT_EQ(prefill.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(prefill.message().find("num_tokens"), std::string::npos) << prefill.ToString();
+
+  // Nothing was disturbed: the sequence is still empty and a good request still runs.
+  EXPECT_EQ(*rt_->SequenceLength(7, 0), 0);
+  req.sequence_id = 7;
+  auto good = rt_->Submit(req);
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(good->result.get().status.ok());
+  EXPECT_EQ(*rt_->SequenceLength(7, 0), 1);
+}
+
+TEST_P(RuntimeTest, EveryCallbackRunsExactlyOnceThenShutdownRejects) {
+  const ModelShape& s = rt_->shape();
+  const int kSequences = 16, kPerSequence = 20;
+  for (int seq = 0; seq < kSequences; ++seq) ASSERT_TRUE(rt_->CreateSequence(seq).ok());
+  std::vector<Half> q(std::size_t(s.num_q_heads) * s.head_dim), kv(s.kv_token_elems());
+  NormalRng rng(5);
+  FillNormal(q, rng);
+  FillNormal(kv, rng);
+  std::vector<std::atomic<int>> calls(kSequences * kPerSequence);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int seq = t; seq < kSequences; seq += 4) {
+        for (int i = 0; i < kPerSequence; ++i) {
+          DecodeRequest req;
+          req.sequence_id = seq;
+          req.q = q;
+          req.k = kv;
+          req.v = kv;
+          const int id = seq * kPerSequence + i;
+          auto h = rt_->Submit(req, [&, id](DecodeResult r) {
+            calls[id]++;
+            if (r.status.ok()) ok++;
+          });
+          ASSERT_TRUE(h.ok()) << h.status().ToString();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  rt_->Drain();
+  for (auto& c : calls) EXPECT_EQ(c.load(), 1);
+  EXPECT_EQ(ok.load(), kSequences * kPerSequence);
+  EXPECT_EQ(*rt_->SequenceLength(3, 0), kPerSequence);
+
+  rt_->Shutdown();
+  DecodeRequest req;
+  req.q = q;
+  req.k = kv;
+  req.v = kv;
+  auto after = rt_->Submit(req);
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(rt_->MetricsText().find("attnrt_scheduler_requests_completed_total 320"),
+            std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, RuntimeTest,
+                         ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
+                         [](const auto& info) {
+                           return info.param == DeviceKind::kCpu ? "Cpu" : "Cuda";
+                         });
+
+TEST(RuntimeCreateTest, RejectsBadOptionsNamingTheField) {
+  RuntimeOptions o;
+  o.device = DeviceKind::kCpu;
+  o.shape.head_dim = 100;
+  auto r = Runtime::Create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("head_dim = 100"), std::string::npos);
+  o.shape.head_dim = 128;
+  o.max_batch_size = 0;
+  r = Runtime::Create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("max_batch_size"), std::string::npos) << r.status().ToString();
+  o.max_batch_size = 8;
+  o.kv_cache_fraction = 1.5;
+  r = Runtime::Create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("kv_cache_fraction"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnrt
