@@ -1,0 +1,163 @@
+// Open-loop load against the scheduler over any runtime::Executor: Poisson arrivals at a fixed
+// rate (one generator thread; a request's latency runs from its *intended* arrival time, so a
+// stalled generator cannot hide queueing: no coordinated omission) for a fixed duration, then
+// achieved batch size, p50/p99/p999 latency and throughput. Shared by the latency benchmark
+// (bench/scheduler_latency_harness.h) and the window-tuning tool (examples/tune_window.cc).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include "runtime/executor.h"
+#include "scheduler/scheduler.h"
+
+namespace attnrt::bench {
+
+struct OpenLoopConfig {
+  double rate_per_s = 10'000;                // offered load
+  std::chrono::microseconds window{100};     // SchedulerOptions::max_queue_delay
+  int max_batch = 32;                        // SchedulerOptions::max_batch_size
+  double duration_s = 0.25;                  // arrivals are generated for this long
+  int num_sequences = 4096;                  // request i decodes sequence i % num_sequences
+  int max_queue_size = 1 << 16;
+  std::uint64_t seed = 1;
+};
+
+struct OpenLoopResult {
+  std::int64_t offered = 0;
+  std::int64_t rejected = 0;   // Submit refused (queue full)
+  std::int64_t completed = 0;  // OK results
+  std::int64_t failed = 0;     // non-OK results
+  double elapsed_s = 0;        // first arrival to last result
+  double throughput_per_s = 0; // completed / elapsed_s
+  double batch_mean = 0;
+  double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
+  // Where the time goes (scheduler metrics, medians): submit -> dispatch, and executor Submit ->
+  // done per batch (includes waiting behind the batch in flight before it).
+  double queue_delay_p50_us = 0, queue_delay_p99_us = 0, executor_p50_us = 0;
+};
+
+// Builds (or hands out a cached, idle) executor for one configuration: it must accept batches of
+// max_batch requests. The harness creates sequences [0, num_sequences) where absent and never
+// frees them; each decode step appends one token, so a CUDA executor's cache must hold
+// rate * duration / num_sequences more tokens per sequence per run.
+using ExecutorFactory =
+    std::function<std::shared_ptr<runtime::Executor>(int max_batch, int num_sequences)>;
+
+inline Status EnsureSequences(runtime::Executor* executor, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (executor->SequenceLength(i, 0).ok()) continue;
+    ATTNRT_RETURN_IF_ERROR(executor->CreateSequence(i));
+  }
+  return Status::Ok();
+}
+
+inline double Percentile(std::vector<std::int64_t>& sorted_ns, double p) {
+  if (sorted_ns.empty()) return 0;
+  const std::size_t i =
+      std::min(sorted_ns.size() - 1, static_cast<std::size_t>(p * sorted_ns.size()));
+  return sorted_ns[i] * 1e-3;
+}
+
+inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
+                                            runtime::Executor* executor) {
+  ATTNRT_RETURN_IF_ERROR(EnsureSequences(executor, config.num_sequences));
+  scheduler::SchedulerOptions options;
+  options.max_batch_size = config.max_batch;
+  options.max_queue_delay = config.window;
+  options.max_queue_size = config.max_queue_size;
+  options.completion_threads = 1;
+  ATTNRT_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
+                          scheduler::Scheduler::Create(options, executor));
+
+  const ModelShape& shape = executor->shape();
+  const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
+  const std::size_t kv_elems = static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim;
+  std::mt19937_64 rng(config.seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<Half> q(q_elems), k(kv_elems), v(kv_elems);
+  for (auto& x : q) x = FloatToHalf(normal(rng));
+  for (auto& x : k) x = FloatToHalf(normal(rng));
+  for (auto& x : v) x = FloatToHalf(normal(rng));
+
+  // Arrival schedule, fixed before the run.
+  std::exponential_distribution<double> gap(config.rate_per_s);
+  std::vector<std::int64_t> arrival_ns;
+  for (double t = gap(rng); t < config.duration_s; t += gap(rng)) {
+    arrival_ns.push_back(static_cast<std::int64_t>(t * 1e9));
+  }
+  const std::size_t n = arrival_ns.size();
+  std::vector<std::int64_t> latency_ns(n, -1);
+  std::vector<Half> out(q_elems);  // every result lands here (contents are not checked)
+  std::atomic<std::int64_t> done{0}, failed{0};
+
+  using Clock = std::chrono::steady_clock;
+  OpenLoopResult result;
+  result.offered = static_cast<std::int64_t>(n);
+#if defined(__linux__)
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // sleep_until precision of ~1 us, not 50 us
+#endif
+  const Clock::time_point start = Clock::now();
+  std::int64_t accepted = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Clock::time_point due = start + std::chrono::nanoseconds(arrival_ns[i]);
+    if (Clock::now() < due) std::this_thread::sleep_until(due);
+    scheduler::DecodeRequest r;
+    r.sequence_id = static_cast<runtime::SequenceId>(i % config.num_sequences);
+    r.q = q;
+    r.k = k;
+    r.v = v;
+    r.out = out.data();
+    auto s = sched->Submit(r, [&, i, due](scheduler::DecodeResult res) {
+      latency_ns[i] =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - due).count();
+      if (!res.status.ok()) failed.fetch_add(1, std::memory_order_relaxed);
+      done.fetch_add(1, std::memory_order_release);
+    });
+    if (s.ok()) {
+      ++accepted;
+    } else {
+      ++result.rejected;
+    }
+  }
+  while (done.load(std::memory_order_acquire) < accepted) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const Clock::time_point end = Clock::now();
+  const scheduler::MetricsSnapshot m = sched->Metrics();
+  sched->Shutdown();
+
+  std::vector<std::int64_t> sorted;
+  sorted.reserve(n);
+  for (std::int64_t l : latency_ns) {
+    if (l >= 0) sorted.push_back(l);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  result.failed = failed.load();
+  result.completed = accepted - result.failed;
+  result.elapsed_s = std::chrono::duration<double>(end - start).count();
+  result.throughput_per_s = result.completed / result.elapsed_s;
+  result.batch_mean = m.batch_size.Mean();
+  result.p50_us = Percentile(sorted, 0.5);
+  result.p99_us = Percentile(sorted, 0.99);
+  result.p999_us = Percentile(sorted, 0.999);
+  result.max_us = sorted.empty() ? 0 : sorted.back() * 1e-3;
+  result.queue_delay_p50_us = m.queue_delay_ns.Percentile(0.5) * 1e-3;
+  result.queue_delay_p99_us = m.queue_delay_ns.Percentile(0.99) * 1e-3;
+  result.executor_p50_us = m.executor_time_ns.Percentile(0.5) * 1e-3;
+  return result;
+}
+
+}  // namespace attnrt::bench

@@ -1,0 +1,266 @@
+// tune_window: picks the batching window for a deployment. Drives the scheduler over the real
+// executor (CUDA when a GPU is present, else the CPU executor) with open-loop Poisson load at
+// each offered rate, for every (max_queue_delay, max_batch_size) pair, prints achieved batch
+// size, p50/p99/p999 latency and throughput, and recommends, per rate, the setting with the best
+// throughput whose p99 meets the latency objective. Optional JSON output for records.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/open_loop.h"
+#include "kernels/cuda_check.h"
+#include "kvcache/kvcache.h"
+#include "runtime/cpu_executor.h"
+#include "runtime/cuda_executor.h"
+
+namespace {
+
+using attnrt::Half;
+
+struct ToolOptions {
+  std::string device = "auto";
+  std::vector<double> rates = {2000, 10000, 50000};
+  std::vector<int> windows_us = {0, 50, 200, 1000};
+  std::vector<int> max_batches = {8, 32, 128};
+  double duration_s = 0.5;
+  double p99_slo_us = 2000;
+  int heads = 32, kv_heads = 8, head_dim = 128, block_size = 16;
+  int context = 512;
+  int sequences = 1024;
+  std::string json;
+};
+
+void PrintHelp() {
+  std::printf(
+      "tune_window: sweep the batching window under open-loop load and recommend a setting.\n\n"
+      "  --device auto|cuda|cpu      executor (auto: CUDA when a GPU is present)\n"
+      "  --rates R1,R2,...           offered loads in requests/s (2000,10000,50000)\n"
+      "  --windows-us W1,W2,...      max_queue_delay values in us (0,50,200,1000)\n"
+      "  --max-batches B1,B2,...     max_batch_size values (8,32,128)\n"
+      "  --duration S                seconds of arrivals per point (0.5)\n"
+      "  --p99-slo-us X              latency objective for the recommendation (2000)\n"
+      "  --heads N --kv-heads N --head-dim N --block-size N   shape (32, 8, 128, 16)\n"
+      "  --context T                 prompt tokens prefilled per sequence (512)\n"
+      "  --sequences N               sequences the load cycles through (1024)\n"
+      "  --json FILE                 also write every point as JSON\n"
+      "  --help                      this text\n");
+}
+
+template <typename T>
+bool ParseList(const std::string& s, std::vector<T>* out) {
+  out->clear();
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || v < 0) return false;
+    out->push_back(static_cast<T>(v));
+  }
+  return !out->empty();
+}
+
+bool Parse(int argc, char** argv, ToolOptions* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      PrintHelp();
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "tune_window: %s needs a value (see --help)\n", a.c_str());
+      return false;
+    }
+    const std::string v = argv[++i];
+    bool ok = true;
+    auto num = [&](auto* field) {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      ok = *end == '\0' && x > 0;
+      *field = static_cast<std::remove_pointer_t<decltype(field)>>(x);
+    };
+    if (a == "--device") {
+      o->device = v;
+      ok = v == "auto" || v == "cuda" || v == "cpu";
+    } else if (a == "--rates") { ok = ParseList(v, &o->rates);
+    } else if (a == "--windows-us") { ok = ParseList(v, &o->windows_us);
+    } else if (a == "--max-batches") { ok = ParseList(v, &o->max_batches);
+    } else if (a == "--duration") { num(&o->duration_s);
+    } else if (a == "--p99-slo-us") { num(&o->p99_slo_us);
+    } else if (a == "--heads") { num(&o->heads);
+    } else if (a == "--kv-heads") { num(&o->kv_heads);
+    } else if (a == "--head-dim") { num(&o->head_dim);
+    } else if (a == "--block-size") { num(&o->block_size);
+    } else if (a == "--context") { num(&o->context);
+    } else if (a == "--sequences") { num(&o->sequences);
+    } else if (a == "--json") { o->json = v;
+    } else {
+      std::fprintf(stderr, "tune_window: unknown option %s (see --help)\n", a.c_str());
+      return false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "tune_window: %s = '%s' is not valid (see --help)\n", a.c_str(),
+                   v.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+struct Point {
+  double rate;
+  int window_us, max_batch;
+  attnrt::bench::OpenLoopResult r;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ToolOptions o;
+  if (!Parse(argc, argv, &o)) return 2;
+
+  int max_batch = 0;
+  for (int b : o.max_batches) max_batch = std::max(max_batch, b);
+  double tokens_per_seq = 0;  // every point appends rate * duration / sequences tokens
+  for (double rate : o.rates) tokens_per_seq += rate * o.duration_s / o.sequences;
+  tokens_per_seq *= o.windows_us.size() * o.max_batches.size();
+
+  attnrt::ModelShape shape;
+  shape.num_layers = 1;
+  shape.num_q_heads = o.heads;
+  shape.num_kv_heads = o.kv_heads;
+  shape.head_dim = o.head_dim;
+  shape.block_size = o.block_size;
+  shape.max_context = o.context + static_cast<int>(tokens_per_seq * 1.5) + 64;
+  if (auto st = shape.Validate(); !st.ok()) {
+    std::fprintf(stderr, "tune_window: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  const std::int32_t blocks_needed =
+      o.sequences * (shape.max_blocks_per_sequence() + 1) + 64;
+
+  std::unique_ptr<attnrt::runtime::Executor> executor;
+  std::string device;
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && attnrt::CudaDeviceAvailable());
+  if (cuda) {
+    attnrt::runtime::CudaExecutorOptions co;
+    co.shape = shape;
+    co.num_blocks = blocks_needed;
+    co.max_batch_size = max_batch;
+    auto e = attnrt::runtime::CreateCudaExecutor(co);
+    if (!e.ok()) {
+      std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());
+      return 1;
+    }
+    executor = std::move(*e);
+    device = "CUDA executor";
+  } else {
+    attnrt::runtime::CpuExecutorOptions co;
+    co.shape = shape;
+    co.num_blocks = blocks_needed;
+    co.max_batch_size = max_batch;
+    auto e = attnrt::runtime::CpuExecutor::Create(co);
+    if (!e.ok()) {
+      std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());
+      return 1;
+    }
+    executor = std::move(*e);
+    device = "CPU executor";
+  }
+
+  std::printf("tune_window on the %s: H=%d Hkv=%d D=%d block %d, %d sequences x %d tokens\n",
+              device.c_str(), o.heads, o.kv_heads, o.head_dim, o.block_size, o.sequences,
+              o.context);
+  std::printf("prefilling...\n");
+  {
+    std::vector<Half> kv(static_cast<std::size_t>(o.context) * shape.kv_token_elems());
+    std::uint32_t x = 12345;
+    for (Half& h : kv) {
+      x = x * 1664525u + 1013904223u;  // LCG: values in [-1, 1); prefill content is not checked
+      h = attnrt::FloatToHalf(static_cast<float>(x >> 8) / 8388608.0f - 1.0f);
+    }
+    for (int s = 0; s < o.sequences; ++s) {
+      attnrt::Status st = executor->CreateSequence(s);
+      if (st.ok()) st = executor->Prefill(s, 0, o.context, kv.data(), kv.data());
+      if (!st.ok()) {
+        std::fprintf(stderr, "tune_window: sequence %d: %s\n", s, st.ToString().c_str());
+        return 1;
+      }
+    }
+  }
+
+  std::vector<Point> points;
+  const std::size_t total = o.rates.size() * o.windows_us.size() * o.max_batches.size();
+  std::printf("\n%10s %9s %9s %10s %9s %9s %9s %9s %8s\n", "rate/s", "window_us", "max_batch",
+              "thru/s", "batch", "p50_us", "p99_us", "p999_us", "failed");
+  for (double rate : o.rates) {
+    for (int b : o.max_batches) {
+      for (int w : o.windows_us) {
+        attnrt::bench::OpenLoopConfig c;
+        c.rate_per_s = rate;
+        c.window = std::chrono::microseconds(w);
+        c.max_batch = b;
+        c.duration_s = o.duration_s;
+        c.num_sequences = o.sequences;
+        auto r = attnrt::bench::RunOpenLoop(c, executor.get());
+        if (!r.ok()) {
+          std::fprintf(stderr, "tune_window: rate %.0f window %d batch %d: %s\n", rate, w, b,
+                       r.status().ToString().c_str());
+          return 1;
+        }
+        points.push_back({rate, w, b, *r});
+        std::printf("%10.0f %9d %9d %10.0f %9.1f %9.0f %9.0f %9.0f %8lld   [%zu/%zu]\n", rate, w,
+                    b, r->throughput_per_s, r->batch_mean, r->p50_us, r->p99_us, r->p999_us,
+                    static_cast<long long>(r->failed + r->rejected), points.size(), total);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  std::printf("\nrecommendation (p99 <= %.0f us, keeps up with the offered rate):\n", o.p99_slo_us);
+  for (double rate : o.rates) {
+    const Point* best = nullptr;
+    for (const Point& p : points) {
+      if (p.rate != rate || p.r.failed + p.r.rejected > 0) continue;
+      if (p.r.p99_us > o.p99_slo_us || p.r.throughput_per_s < 0.9 * rate) continue;
+      // Among settings that meet the objective, prefer fuller batches (GPU efficiency), then
+      // lower p99.
+      if (!best || p.r.batch_mean > best->r.batch_mean * 1.05 ||
+          (p.r.batch_mean >= best->r.batch_mean * 0.95 && p.r.p99_us < best->r.p99_us)) {
+        best = &p;
+      }
+    }
+    if (best) {
+      std::printf("  %8.0f req/s: max_queue_delay %d us, max_batch_size %d (batch %.1f, p99 %.0f us)\n",
+                  rate, best->window_us, best->max_batch, best->r.batch_mean, best->r.p99_us);
+    } else {
+      std::printf("  %8.0f req/s: no setting meets the objective on this device\n", rate);
+    }
+  }
+
+  if (!o.json.empty()) {
+    FILE* f = std::fopen(o.json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "tune_window: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\"device\": \"%s\", \"points\": [\n", device.c_str());
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const Point& p = points[i];
+      std::fprintf(f,
+                   "  {\"rate\": %.0f, \"window_us\": %d, \"max_batch\": %d, \"throughput\": %.1f, "
+                   "\"batch_mean\": %.2f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
+                   "\"exec_p50_us\": %.1f, \"failed\": %lld}%s\n",
+                   p.rate, p.window_us, p.max_batch, p.r.throughput_per_s, p.r.batch_mean,
+                   p.r.p50_us, p.r.p99_us, p.r.p999_us, p.r.executor_p50_us,
+                   static_cast<long long>(p.r.failed + p.r.rejected),
+                   i + 1 < points.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
