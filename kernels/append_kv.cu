@@ -5,6 +5,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/decode.h"
+#include "kernels/decode_device.cuh"
 
 namespace attnrt::kernels {
 namespace {
@@ -18,6 +19,8 @@ __global__ void __launch_bounds__(kAppendThreads)
                    const uint4* __restrict__ k_new, const uint4* __restrict__ v_new, Half* k_pool,
                    Half* v_pool, std::int64_t layer_stride, std::int64_t block_stride,
                    int block_size, int head_dim, int num_kv_heads) {
+  WaitForPrerequisiteGrids();  // lengths, tables and k/v_new may come from a kernel just before
+  AllowDependentLaunch();      // the decode kernel may launch and wait for this one to finish
   const int slot = blockIdx.x;
   const int len = kv_lengths[slot];
   if (len <= 0) return;
@@ -70,12 +73,21 @@ Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cud
       return InvalidArgumentError(std::string(ptr.name) + " is not 16-byte aligned");
     }
   }
-  AppendKvKernel<<<batch.capacity, kAppendThreads, 0, stream>>>(
-      batch.kv_lengths, batch.layers, batch.block_tables, batch.max_blocks_per_seq,
-      reinterpret_cast<const uint4*>(batch.k_new), reinterpret_cast<const uint4*>(batch.v_new),
-      pools.k, pools.v, pools.layer_stride(), pools.block_stride(), pools.block_size,
-      pools.head_dim, pools.num_kv_heads);
-  ATTNRT_CUDA_RETURN_LAUNCH();
+  // Programmatic dependent launch: overlaps this launch with the tail of a kernel before it.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(batch.capacity);
+  cfg.blockDim = dim3(kAppendThreads);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  ATTNRT_CUDA_RETURN(cudaLaunchKernelEx(
+      &cfg, AppendKvKernel, batch.kv_lengths, batch.layers, batch.block_tables,
+      batch.max_blocks_per_seq, reinterpret_cast<const uint4*>(batch.k_new),
+      reinterpret_cast<const uint4*>(batch.v_new), pools.k, pools.v, pools.layer_stride(),
+      pools.block_stride(), pools.block_size, pools.head_dim, pools.num_kv_heads));
   return Status::Ok();
 }
 

@@ -57,4 +57,12 @@ StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name);
 // The production choice.
 const DecodeVariant& DefaultDecodeVariant();
 
+// Append-KV then decode with `variant`, as one capture-safe call (what an executor's graph
+// runs): the same result as LaunchAppendKv followed by variant.launch. "split_kv" fuses the two
+// (the CTA that owns a slot's last token stores k_new/v_new into the page and takes that token
+// from k_new/v_new), saving a kernel launch; other variants launch both kernels.
+Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
+                             const DecodeBatchView& batch, const KvPoolView& pools,
+                             DecodeWorkspace workspace, cudaStream_t stream);
+
 }  // namespace attnrt::kernels

@@ -46,3 +46,22 @@ __device__ __forceinline__ void Half8ToFloat(const uint4& v, float (&out)[8]) {
 __device__ __forceinline__ int Log2Pow2(int x) { return __ffs(x) - 1; }
 
 }  // namespace attnrt::kernels
+
+namespace attnrt::kernels {
+
+// Programmatic dependent launch (sm_90): a kernel launched with the PDL attribute may start
+// while its predecessor finishes. It must wait before reading anything the predecessor wrote;
+// it lets its own dependents launch early once all its CTAs are resident. Both are no-ops for a
+// kernel launched without the attribute.
+__device__ __forceinline__ void WaitForPrerequisiteGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+}  // namespace attnrt::kernels

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "api/config.h"
@@ -29,17 +30,25 @@ std::size_t SimpleWorkspaceBytes(const ModelShape& shape, int capacity);
 Status SimpleLaunch(const ModelShape& shape, const DecodeBatchView& batch, const KvPoolView& pools,
                     DecodeWorkspace workspace, cudaStream_t stream);
 
-// ---- variant "split_kv": flash-decoding, one CTA per (slot, kv head, split) ------------------
-Status SplitKvSupports(const ModelShape& shape);
-std::size_t SplitKvWorkspaceBytes(const ModelShape& shape, int capacity);
-Status SplitKvLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                     const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream);
+// ---- split-KV flash-decoding: one CTA per (slot, kv head, split), all G q heads per CTA -----
+// Two kernel families share the plan, the workspace, the merge kernel and the launcher:
+// "split_kv_simt" (CUDA-core FP32 dot products) and "split_kv" (tensor cores, production).
+enum class SplitKvFamily { kSimt, kTensorCore };
+
+Status SplitKvSimtSupports(const ModelShape& shape);
+std::size_t SplitKvSimtWorkspaceBytes(const ModelShape& shape, int capacity);
+Status SplitKvSimtLaunch(const ModelShape& shape, const DecodeBatchView& batch,
+                         const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream);
+Status SplitKvTcSupports(const ModelShape& shape);
+std::size_t SplitKvTcWorkspaceBytes(const ModelShape& shape, int capacity);
+Status SplitKvTcLaunch(const ModelShape& shape, const DecodeBatchView& batch,
+                       const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream);
 
 // How a slot's context is cut into splits. The grid has `max_splits` CTAs per (slot, kv head);
 // a slot uses as many as its own length allows (at least `min_tiles` tiles each), the rest exit.
 struct SplitKvPlan {
   int max_splits = 1;
-  int tile_tokens = 32;  // tokens one pipeline stage holds
+  int tile_tokens = 32;  // tokens a CTA consumes per pipeline step
   int min_tiles = 8;     // fewest tiles a split is given (short contexts are not split)
 };
 struct SlotSplit {
@@ -58,6 +67,51 @@ inline SlotSplit SplitSlot(int kv_length, const SplitKvPlan& plan) {
 }
 // The plan for a (shape, capacity): fixed for the life of the process (the device's SM count and
 // the kernel's occupancy enter it), so a graph captured once stays valid.
-SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity);
+SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity,
+                            SplitKvFamily family = SplitKvFamily::kTensorCore);
+
+// Kernel arguments shared by both families and the merge kernel.
+struct SplitKvParams {
+  const Half* k;
+  const Half* v;
+  std::int64_t layer_stride;
+  std::int64_t block_stride;
+  int log2_block_size;
+  int num_q_heads;
+  int group;
+  int max_blocks_per_seq;
+  const std::int32_t* kv_lengths;
+  const std::int32_t* layers;
+  const std::int32_t* block_tables;
+  const Half* q;
+  Half* out;
+  float* lse;
+  float scale_log2;
+  SplitKvPlan plan;
+  float* partial_out;  // [capacity][H][max_splits][D]
+  float* partial_lse;  // [capacity][H][max_splits], log2 units
+  const Half* k_new;   // [capacity][Hkv][D], read when fuse_append
+  const Half* v_new;
+  int fuse_append;     // 1: the kernel also appends k_new/v_new (tensor-core family only)
+};
+
+// One decode kernel of a family for a (D, G): its entry point and launch geometry.
+struct SplitKvKernel {
+  const void* fn = nullptr;  // __global__ void (SplitKvParams)
+  int threads = 128;
+  int smem_bytes = 0;        // dynamic shared memory
+  int tile_tokens = 32;
+};
+// Defined by each family's file.
+SplitKvKernel SimtKernelFor(int head_dim, int group);
+SplitKvKernel TcKernelFor(int head_dim, int group);
+
+// Validates, plans, launches the decode kernel and (when any slot can split) the merge kernel,
+// both with programmatic dependent launch so each one's launch overlaps its predecessor.
+// With fuse_append (tensor-core family), the decode kernel also performs the append.
+Status LaunchSplitKv(SplitKvFamily family, std::string_view name, const ModelShape& shape,
+                     const DecodeBatchView& batch, const KvPoolView& pools,
+                     DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append = false);
+std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const ModelShape& shape, int capacity);
 
 }  // namespace attnrt::kernels

@@ -11,9 +11,10 @@
 namespace attnrt::kernels {
 namespace {
 
-constexpr std::array<DecodeVariant, 2> kVariants = {{
+constexpr std::array<DecodeVariant, 3> kVariants = {{
     {"simple", SimpleSupports, SimpleWorkspaceBytes, SimpleLaunch},
-    {"split_kv", SplitKvSupports, SplitKvWorkspaceBytes, SplitKvLaunch},
+    {"split_kv_simt", SplitKvSimtSupports, SplitKvSimtWorkspaceBytes, SplitKvSimtLaunch},
+    {"split_kv", SplitKvTcSupports, SplitKvTcWorkspaceBytes, SplitKvTcLaunch},
 }};
 
 bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -32,6 +33,19 @@ StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name) {
 }
 
 const DecodeVariant& DefaultDecodeVariant() { return kVariants.back(); }
+
+Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
+                             const DecodeBatchView& batch, const KvPoolView& pools,
+                             DecodeWorkspace workspace, cudaStream_t stream) {
+  if (variant.launch == SplitKvTcLaunch) {
+    return LaunchSplitKv(SplitKvFamily::kTensorCore, variant.name, shape, batch, pools, workspace,
+                         stream, /*fuse_append=*/true);
+  }
+  ATTNRT_RETURN_IF_ERROR(variant.supports(shape));  // reject before the append writes anything
+  ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
+  ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(batch, pools, stream));
+  return variant.launch(shape, batch, pools, workspace, stream);
+}
 
 Status CheckKernelShape(const ModelShape& shape, std::string_view variant) {
   const int g = shape.num_kv_heads > 0 ? shape.num_q_heads / shape.num_kv_heads : 0;

@@ -97,19 +97,34 @@ void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const 
   EXPECT_TRUE(testing::PaddedSlotsUntouched(host, out, lse)) << "a padded slot was written";
 }
 
+// Append then decode, either as two calls (LaunchAppendKv, variant.launch) or through
+// LaunchAppendAndDecode (fused in split_kv).
+enum class AppendMode { kSeparate, kFused };
+
+Status AppendAndDecode(AppendMode mode, const DecodeVariant& v, const ModelShape& shape,
+                       const DevicePagedBatch& dev, DecodeWorkspace ws, cudaStream_t stream) {
+  if (mode == AppendMode::kFused) {
+    return LaunchAppendAndDecode(v, shape, dev.view(), dev.pools(), ws, stream);
+  }
+  ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
+  return v.launch(shape, dev.view(), dev.pools(), ws, stream);
+}
+
 void RunCase(const DecodeVariant& v, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
   ASSERT_OK(v.supports(shape));
-  PagedBatch host = MakePagedBatch(shape, lengths, options);
-  DevicePagedBatch dev;
-  ASSERT_OK(dev.Upload(host));
-  DeviceArray<char> ws_storage;
-  DecodeWorkspace ws;
-  ASSERT_OK(MakeWorkspace(v, shape, host.capacity, &ws_storage, &ws));
-  ASSERT_OK(LaunchAppendKv(dev.view(), dev.pools(), nullptr));
-  ASSERT_OK(v.launch(shape, dev.view(), dev.pools(), ws, nullptr));
-  ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
-  CheckAgainstReference(host, dev, std::string(v.name));
+  for (AppendMode mode : {AppendMode::kSeparate, AppendMode::kFused}) {
+    PagedBatch host = MakePagedBatch(shape, lengths, options);
+    DevicePagedBatch dev;
+    ASSERT_OK(dev.Upload(host));
+    DeviceArray<char> ws_storage;
+    DecodeWorkspace ws;
+    ASSERT_OK(MakeWorkspace(v, shape, host.capacity, &ws_storage, &ws));
+    ASSERT_OK(AppendAndDecode(mode, v, shape, dev, ws, nullptr));
+    ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
+    CheckAgainstReference(host, dev,
+                          std::string(v.name) + (mode == AppendMode::kFused ? " fused" : " separate"));
+  }
 }
 
 // ---- Sweep: variant x D x block size x group --------------------------------------------------
@@ -150,6 +165,51 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---- Edge cases, per variant ------------------------------------------------------------------
+
+// The known failure class of captured decode: the graph is captured while every context is
+// short (nothing splits), then replayed after the contexts grew long (most slots split).
+void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
+  const ModelShape shape = Shape(8, 2, 128, 16, 2, 8192);
+  const std::vector<int> long_lengths = {8000, 40, 5000, 0, 6100, 2};
+  const std::vector<int> short_lengths = {3, 17, 16, 0, 1, 2};
+  PagedBatch host_long = MakePagedBatch(shape, long_lengths, {.seed = 19});
+  // Same pools and tables, short contexts, fresh q/k/v.
+  PagedBatch host_short = host_long;
+  PagedBatch fresh = MakePagedBatch(shape, long_lengths, {.seed = 20});
+  host_short.q = fresh.q;
+  host_short.k_new = fresh.k_new;
+  host_short.v_new = fresh.v_new;
+  for (std::size_t i = 0; i < short_lengths.size(); ++i) host_short.kv_lengths[i] = short_lengths[i];
+
+  DevicePagedBatch dev;
+  ASSERT_OK(dev.Upload(host_short));
+  DeviceArray<char> ws_storage;
+  DecodeWorkspace ws;
+  ASSERT_OK(MakeWorkspace(v, shape, host_short.capacity, &ws_storage, &ws));
+  cudaStream_t stream;
+  ASSERT_OK(CudaStatus(cudaStreamCreate(&stream), "stream", __FILE__, __LINE__));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_OK(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture",
+                       __FILE__, __LINE__));
+  const Status launched = AppendAndDecode(mode, v, shape, dev, ws, stream);
+  ASSERT_OK(CudaStatus(cudaStreamEndCapture(stream, &graph), "end capture", __FILE__, __LINE__));
+  ASSERT_OK(launched);
+  ASSERT_OK(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiate", __FILE__, __LINE__));
+
+  ASSERT_OK(CudaStatus(cudaGraphLaunch(exec, stream), "launch", __FILE__, __LINE__));
+  ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
+  CheckAgainstReference(host_short, dev, "replay 1: short contexts");
+
+  ASSERT_OK(dev.Upload(host_long));  // same sizes: the captured pointers stay valid
+  ASSERT_OK(CudaStatus(cudaGraphLaunch(exec, stream), "launch", __FILE__, __LINE__));
+  ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
+  CheckAgainstReference(host_long, dev, "replay 2: long contexts");
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
 
 class DecodeEdgeTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -201,53 +261,12 @@ TEST_P(DecodeEdgeTest, LargeBatchUnsplit) {
   RunCase(variant(), Shape(32, 8, 64, 32, 2, 1024), lengths, {.seed = 18});
 }
 
-// The known failure class of captured decode: the graph is captured while every context is
-// short (nothing splits), then replayed after the contexts grew long (most slots split).
 TEST_P(DecodeEdgeTest, GraphCapturedShortReplayedLong) {
   SKIP_WITHOUT_GPU();
-  const DecodeVariant& v = variant();
-  const ModelShape shape = Shape(8, 2, 128, 16, 2, 8192);
-  const std::vector<int> long_lengths = {8000, 40, 5000, 0, 6100, 2};
-  const std::vector<int> short_lengths = {3, 17, 16, 0, 1, 2};
-  PagedBatch host_long = MakePagedBatch(shape, long_lengths, {.seed = 19});
-  // Same pools and tables, short contexts, fresh q/k/v.
-  PagedBatch host_short = host_long;
-  PagedBatch fresh = MakePagedBatch(shape, long_lengths, {.seed = 20});
-  host_short.q = fresh.q;
-  host_short.k_new = fresh.k_new;
-  host_short.v_new = fresh.v_new;
-  for (std::size_t i = 0; i < short_lengths.size(); ++i) host_short.kv_lengths[i] = short_lengths[i];
-
-  DevicePagedBatch dev;
-  ASSERT_OK(dev.Upload(host_short));
-  DeviceArray<char> ws_storage;
-  DecodeWorkspace ws;
-  ASSERT_OK(MakeWorkspace(v, shape, host_short.capacity, &ws_storage, &ws));
-  cudaStream_t stream;
-  ASSERT_OK(CudaStatus(cudaStreamCreate(&stream), "stream", __FILE__, __LINE__));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  ASSERT_OK(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture",
-                       __FILE__, __LINE__));
-  const Status append = LaunchAppendKv(dev.view(), dev.pools(), stream);
-  const Status decode = v.launch(shape, dev.view(), dev.pools(), ws, stream);
-  ASSERT_OK(CudaStatus(cudaStreamEndCapture(stream, &graph), "end capture", __FILE__, __LINE__));
-  ASSERT_OK(append);
-  ASSERT_OK(decode);
-  ASSERT_OK(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiate", __FILE__, __LINE__));
-
-  ASSERT_OK(CudaStatus(cudaGraphLaunch(exec, stream), "launch", __FILE__, __LINE__));
-  ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
-  CheckAgainstReference(host_short, dev, "replay 1: short contexts");
-
-  ASSERT_OK(dev.Upload(host_long));  // same sizes: the captured pointers stay valid
-  ASSERT_OK(CudaStatus(cudaGraphLaunch(exec, stream), "launch", __FILE__, __LINE__));
-  ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
-  CheckAgainstReference(host_long, dev, "replay 2: long contexts");
-
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  for (AppendMode mode : {AppendMode::kSeparate, AppendMode::kFused}) {
+    SCOPED_TRACE(mode == AppendMode::kFused ? "LaunchAppendAndDecode" : "append, then decode");
+    CaptureShortReplayLong(variant(), mode);
+  }
 }
 
 TEST_P(DecodeEdgeTest, UnsupportedCombosAreUnimplementedAndWriteNothing) {
@@ -274,6 +293,8 @@ TEST_P(DecodeEdgeTest, UnsupportedCombosAreUnimplementedAndWriteNothing) {
     EXPECT_NE(s.message().find(bad.names), std::string::npos) << s.ToString();
     const Status launch = v.launch(bad.shape, dev.view(), dev.pools(), {}, nullptr);
     EXPECT_EQ(launch.code(), StatusCode::kUnimplemented) << launch.ToString();
+    const Status fused = LaunchAppendAndDecode(v, bad.shape, dev.view(), dev.pools(), {}, nullptr);
+    EXPECT_EQ(fused.code(), StatusCode::kUnimplemented) << fused.ToString();
   }
   // Views that disagree with the shape: InvalidArgument naming the field.
   DecodeBatchView wrong_heads = dev.view();
@@ -292,9 +313,13 @@ TEST_P(DecodeEdgeTest, UnsupportedCombosAreUnimplementedAndWriteNothing) {
         << ws_status.ToString();
   }
   ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
-  std::vector<Half> out(host.out.size());
+  std::vector<Half> out(host.out.size()), k_pool(host.k_pool.size());
   ASSERT_OK(dev.out.Download(out));
+  ASSERT_OK(dev.k_pool.Download(k_pool));
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), testing::IsNaN)) << "a rejected launch wrote";
+  EXPECT_TRUE(std::equal(k_pool.begin(), k_pool.end(), host.k_pool.begin(),
+                         [](Half a, Half b) { return a.bits == b.bits; }))
+      << "a rejected launch appended";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DecodeEdgeTest, ::testing::ValuesIn(VariantNames()),
@@ -304,20 +329,29 @@ INSTANTIATE_TEST_SUITE_P(Variants, DecodeEdgeTest, ::testing::ValuesIn(VariantNa
 
 // ---- Split path coverage: the edge-case shapes really take both paths in split_kv -------------
 
-TEST(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
+class SplitKvPlanTest : public ::testing::TestWithParam<SplitKvFamily> {};
+
+TEST_P(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
   SKIP_WITHOUT_GPU();  // the plan depends on the device's SM count and occupancy
+  const SplitKvFamily f = GetParam();
   const ModelShape sweep = Shape(4, 2, 128, 16, 2, 2048);
-  const SplitKvPlan plan = MakeSplitKvPlan(sweep, 10);
+  const SplitKvPlan plan = MakeSplitKvPlan(sweep, 10, f);
   EXPECT_GT(SplitSlot(1500, plan).num_splits, 1);
   EXPECT_EQ(SplitSlot(300, plan).num_splits, 1);
   const ModelShape graph = Shape(8, 2, 128, 16, 2, 8192);
-  const SplitKvPlan gplan = MakeSplitKvPlan(graph, 6);
+  const SplitKvPlan gplan = MakeSplitKvPlan(graph, 6, f);
   EXPECT_EQ(SplitSlot(17, gplan).num_splits, 1);
   EXPECT_GT(SplitSlot(8000, gplan).num_splits, 1);
-  EXPECT_EQ(MakeSplitKvPlan(Shape(32, 8, 64, 32, 2, 1024), 96).max_splits, 1);
-  const SplitKvPlan long_plan = MakeSplitKvPlan(Shape(2, 1, 128, 64, 1, 131072), 1);
+  EXPECT_EQ(MakeSplitKvPlan(Shape(32, 8, 64, 32, 2, 1024), 96, f).max_splits, 1);
+  const SplitKvPlan long_plan = MakeSplitKvPlan(Shape(2, 1, 128, 64, 1, 131072), 1, f);
   EXPECT_GT(SplitSlot(131072, long_plan).num_splits, 8);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, SplitKvPlanTest,
+                         ::testing::Values(SplitKvFamily::kSimt, SplitKvFamily::kTensorCore),
+                         [](const ::testing::TestParamInfo<SplitKvFamily>& info) {
+                           return std::string(info.param == SplitKvFamily::kSimt ? "simt" : "tc");
+                         });
 
 }  // namespace
 }  // namespace attnrt::kernels

@@ -1,0 +1,314 @@
+// Variant "split_kv" (production): split-KV flash-decoding on tensor cores. Changed from
+// "split_kv_simt": q·K^T and p·V run as mma.sync m16n8k16 (FP16 in, FP32 accumulate) instead of
+// FP32 FMAs + lane shuffles, which made GQA issue-bound (G=8 reached 0.49 of the read ceiling).
+// Each warp streams its own 16-token tiles through a private 3-stage cp.async ring (swizzled
+// rows, ldmatrix reads, only __syncwarp between copy and use). S = Q K^T puts the G <= 8 heads
+// on the M side (rows 8..15 are zero padding); O^T = V^T P^T puts D on the M side and the heads
+// on N = 8, so P goes from S's accumulators straight into the B operand and O needs D/4
+// registers. Figures: bench/NOTES.md ("## kernels").
+#include <cstdint>
+
+#include "kernels/cuda_check.h"
+#include "kernels/decode_device.cuh"
+#include "kernels/decode_internal.h"
+
+namespace attnrt::kernels {
+namespace {
+
+constexpr int kTcThreads = 128;
+constexpr int kTcWarps = kTcThreads / 32;
+constexpr int kWarpTokens = 16;  // tokens per warp tile: one mma k-step of p·V
+constexpr int kTcStages = 3;
+constexpr int kMaxHeadsPerKv = 8;  // the N side of O^T = V^T P^T
+
+template <int kHeadDim>
+constexpr int TcSmemBytes() {
+  return kTcWarps * kTcStages * 2 * kWarpTokens * kHeadDim * static_cast<int>(sizeof(Half));
+}
+
+__device__ __forceinline__ void LdMatrixX4(const void* smem, std::uint32_t (&r)[4]) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(const void* smem, std::uint32_t (&r)[4]) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// D += A(16x16, row) * B(16x8, col), FP16 inputs, FP32 accumulators.
+__device__ __forceinline__ void Mma16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1,
+                                         std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                         std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// Row r, 16-byte chunk c of a [kWarpTokens][kHeadDim] tile, XOR-swizzled so that the 8 rows an
+// ldmatrix reads at one logical chunk fall in 8 different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ int SwizzledOffset(int r, int c) {
+  return r * kHeadDim + ((c ^ (r & 7)) << 3);
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams p) {
+  constexpr int kChunks = kHeadDim / 8;                      // 16-byte chunks per row
+  constexpr int kCopies = kWarpTokens * kChunks / 32;        // per lane per tile, K (and V)
+  constexpr int kKSteps = kHeadDim / 16;                     // q·K^T k-steps
+  constexpr int kMTiles = kHeadDim / 16;                     // O^T m-tiles
+  constexpr int kTileHalves = kWarpTokens * kHeadDim;
+  constexpr int kCtaTokens = kTcWarps * kWarpTokens;
+  extern __shared__ uint4 tc_smem[];
+
+  WaitForPrerequisiteGrids();  // lengths, tables, q and the appended K/V come from earlier work
+  AllowDependentLaunch();
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int slot = blockIdx.z;
+  const int len = p.kv_lengths[slot];
+  const int layer = p.layers[slot];  // issued with the length: one memory round trip, not two
+  if (len <= 0) return;  // padding
+  const SlotSplit ss = SplitSlot(len, p.plan);
+  if (split >= ss.num_splits) return;  // this slot needs fewer splits than the grid has
+  // Fused append: the last split of each (slot, kv head) stores the new token's K/V into its
+  // page and takes that token from k_new/v_new (so it never reads the page it writes).
+  const int append_tok = (p.fuse_append && split == ss.num_splits - 1) ? len - 1 : -1;
+  const int begin = split * ss.tiles_per_split * kCtaTokens;
+  const int end = min(len, begin + ss.tiles_per_split * kCtaTokens);
+  const int num_warp_tiles = (end - begin + kWarpTokens - 1) / kWarpTokens;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane >> 2;  // mma group: a row of A / a column of B
+  const int t = lane & 3;   // thread in group
+  const int my_tiles = warp < num_warp_tiles ? (num_warp_tiles - warp + kTcWarps - 1) / kTcWarps : 0;
+  const int bs_mask = (1 << p.log2_block_size) - 1;
+  const std::int64_t head_off =
+      layer * p.layer_stride + static_cast<std::int64_t>(kv_head) * (bs_mask + 1) * kHeadDim;
+  const Half* k_base = p.k + head_off;
+  const Half* v_base = p.v + head_off;
+  const std::int64_t new_off =
+      (static_cast<std::int64_t>(slot) * (p.num_q_heads / p.group) + kv_head) * kHeadDim;
+  const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(slot) * p.max_blocks_per_seq;
+  Half* ring = reinterpret_cast<Half*>(tc_smem) + warp * kTcStages * 2 * kTileHalves;
+
+  // Lane j < 16 holds the block id of token j of the next tile to issue (fetched a tile ahead).
+  auto tile_begin = [&](int j) { return begin + (warp + j * kTcWarps) * kWarpTokens; };
+  auto load_block = [&](int j) {
+    const int tok = tile_begin(j) + lane;
+    return (j < my_tiles && lane < kWarpTokens && tok < end)
+               ? __ldg(table + (tok >> p.log2_block_size))
+               : 0;
+  };
+  auto issue = [&](int j, int block) {
+    if (j >= my_tiles) return;  // warp-uniform
+    Half* ks = ring + (j % kTcStages) * 2 * kTileHalves;
+    Half* vs = ks + kTileHalves;
+    const int tb = tile_begin(j);
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int idx = lane + 32 * i;
+      const int r = idx / kChunks;
+      const int c = idx % kChunks;
+      const int b = __shfl_sync(0xffffffffu, block, r);
+      const int tok = tb + r;
+      const bool valid = tok < end;
+      const std::int64_t off = static_cast<std::int64_t>(b) * p.block_stride +
+                               static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 8;
+      const int dst = SwizzledOffset<kHeadDim>(r, c);
+      if (tok == append_tok) {
+        const uint4 k_row = *reinterpret_cast<const uint4*>(p.k_new + new_off + c * 8);
+        const uint4 v_row = *reinterpret_cast<const uint4*>(p.v_new + new_off + c * 8);
+        *reinterpret_cast<uint4*>(const_cast<Half*>(k_base) + off) = k_row;
+        *reinterpret_cast<uint4*>(const_cast<Half*>(v_base) + off) = v_row;
+        CpAsync16(ks + dst, p.k_new + new_off + c * 8, true);
+        CpAsync16(vs + dst, p.v_new + new_off + c * 8, true);
+        continue;
+      }
+      CpAsync16(ks + dst, valid ? k_base + off : k_base, valid);
+      CpAsync16(vs + dst, valid ? v_base + off : v_base, valid);
+    }
+  };
+
+  int block = load_block(0);
+#pragma unroll
+  for (int s = 0; s < kTcStages - 1; ++s) {
+    issue(s, block);
+    CpAsyncCommit();
+    block = load_block(s + 1);
+  }
+
+  // A fragments of Q (rows = heads; rows g >= G and 8..15 are zero).
+  std::uint32_t qa0[kKSteps], qa2[kKSteps];
+  {
+    const bool head_ok = g < p.group;
+    const std::uint32_t* q_row = reinterpret_cast<const std::uint32_t*>(
+        p.q + (static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * p.group + (head_ok ? g : 0)) *
+                  kHeadDim);
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      qa0[kk] = head_ok ? q_row[kk * 8 + t] : 0u;
+      qa2[kk] = head_ok ? q_row[kk * 8 + 4 + t] : 0u;
+    }
+  }
+
+  float m = kNoScore;  // running max of head g (quad-uniform), log2 units
+  float l = 0.0f;      // this thread's share of head g's sum
+  float o[kMTiles][4];  // O^T: (d = mt*16 + g [+8], heads 2t, 2t+1)
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+
+  // ldmatrix source row of this lane: matrix lane/8 covers tokens +8*(lane/16) and chunk +(lane/8)&1.
+  const int lm_row = ((lane >> 4) << 3) + (lane & 7);
+  const int lm_chunk = (lane >> 3) & 1;
+
+  for (int j = 0; j < my_tiles; ++j) {
+    issue(j + kTcStages - 1, block);
+    CpAsyncCommit();
+    block = load_block(j + kTcStages);
+    CpAsyncWait<kTcStages - 1>();
+    __syncwarp();  // the other lanes' copies of tile j are visible
+    const Half* ks = ring + (j % kTcStages) * 2 * kTileHalves;
+    const Half* vs = ks + kTileHalves;
+
+    // S = Q K^T: heads x 16 tokens (two n-tiles of 8).
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      std::uint32_t b[4];
+      LdMatrixX4(ks + SwizzledOffset<kHeadDim>(lm_row, 2 * kk + lm_chunk), b);
+      Mma16816(s[0], qa0[kk], 0u, qa2[kk], 0u, b[0], b[1]);
+      Mma16816(s[1], qa0[kk], 0u, qa2[kk], 0u, b[2], b[3]);
+    }
+
+    // Online softmax of head g over this thread's tokens 2t, 2t+1, 8+2t, 9+2t.
+    const int tb = tile_begin(j);
+    float x[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
+    float mx = m;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = tb + (e >> 1) * 8 + 2 * t + (e & 1);
+      x[e] = tok < end ? x[e] * p.scale_log2 : -INFINITY;
+      mx = fmaxf(mx, x[e]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float corr = exp2f(m - mx);
+    m = mx;
+    // P rounds to FP16 for the tensor cores; the sum uses the rounded values so numerator and
+    // denominator agree.
+    __half2 p01 = __floats2half2_rn(exp2f(x[0] - mx), exp2f(x[1] - mx));
+    __half2 p23 = __floats2half2_rn(exp2f(x[2] - mx), exp2f(x[3] - mx));
+    const float2 f01 = __half22float2(p01), f23 = __half22float2(p23);
+    l = l * corr + (f01.x + f01.y + f23.x + f23.y);
+    const std::uint32_t pb0 = *reinterpret_cast<std::uint32_t*>(&p01);
+    const std::uint32_t pb1 = *reinterpret_cast<std::uint32_t*>(&p23);
+    // O^T columns are heads 2t and 2t+1: their rescale factors live in lanes 8t and 8t+4.
+    const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t);
+    const float corr1 = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+
+    // O^T += V^T P^T: D x heads, k = the 16 tokens.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      o[mt][0] *= corr0;
+      o[mt][1] *= corr1;
+      o[mt][2] *= corr0;
+      o[mt][3] *= corr1;
+      std::uint32_t a[4];
+      // Matrices: (tokens 0-7, d chunk 2mt), (tokens 0-7, 2mt+1), (8-15, 2mt), (8-15, 2mt+1);
+      // transposed, they are the A fragments a0, a1, a2, a3 of V^T.
+      LdMatrixX4Trans(vs + SwizzledOffset<kHeadDim>(((lane >> 4) << 3) + (lane & 7),
+                                                    2 * mt + ((lane >> 3) & 1)),
+                      a);
+      Mma16816(o[mt], a[0], a[1], a[2], a[3], pb0, pb1);
+    }
+    __syncwarp();  // every lane is done with this stage before it is refilled
+  }
+  CpAsyncWait<0>();
+
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+  // Merge the warps through shared memory (the rings, now idle).
+  static_assert(sizeof(float) * kTcWarps * kMaxHeadsPerKv * (kHeadDim + 2) <=
+                    static_cast<std::size_t>(TcSmemBytes<kHeadDim>()),
+                "reduction scratch must fit in the rings");
+  __syncthreads();
+  float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][D]
+  float* red_ml = red_o + kTcWarps * kMaxHeadsPerKv * kHeadDim;     // [warp][head][2]
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    const int d = mt * 16 + g;
+    float* h0 = red_o + (warp * kMaxHeadsPerKv + 2 * t) * kHeadDim;
+    float* h1 = h0 + kHeadDim;
+    h0[d] = o[mt][0];
+    h1[d] = o[mt][1];
+    h0[d + 8] = o[mt][2];
+    h1[d + 8] = o[mt][3];
+  }
+  if (t == 0) {
+    red_ml[(warp * kMaxHeadsPerKv + g) * 2] = m;
+    red_ml[(warp * kMaxHeadsPerKv + g) * 2 + 1] = l;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < p.group * kHeadDim; idx += kTcThreads) {
+    const int h = idx / kHeadDim;
+    const int d = idx % kHeadDim;
+    float mxw = kNoScore;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) mxw = fmaxf(mxw, red_ml[(w * kMaxHeadsPerKv + h) * 2]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float scale = exp2f(red_ml[(w * kMaxHeadsPerKv + h) * 2] - mxw);
+      sum += red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1] * scale;
+      acc += red_o[(w * kMaxHeadsPerKv + h) * kHeadDim + d] * scale;
+    }
+    const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * p.group + h;
+    if (ss.num_splits == 1) {
+      reinterpret_cast<__half*>(p.out)[row * kHeadDim + d] = __float2half_rn(acc / sum);
+      if (d == 0 && p.lse != nullptr) p.lse[row] = (mxw + log2f(sum)) * kLn2;
+    } else {
+      const std::int64_t part = row * p.plan.max_splits + split;
+      p.partial_out[part * kHeadDim + d] = acc / sum;
+      if (d == 0) p.partial_lse[part] = mxw + log2f(sum);
+    }
+  }
+}
+
+template <int kHeadDim>
+SplitKvKernel TcKernelForDim() {
+  SplitKvKernel k;
+  k.fn = reinterpret_cast<const void*>(TcDecodeKernel<kHeadDim>);
+  k.threads = kTcThreads;
+  k.smem_bytes = TcSmemBytes<kHeadDim>();
+  k.tile_tokens = kTcWarps * kWarpTokens;
+  return k;
+}
+
+}  // namespace
+
+SplitKvKernel TcKernelFor(int head_dim, int /*group: runtime in this family*/) {
+  switch (head_dim) {
+    case 64: return TcKernelForDim<64>();
+    case 128: return TcKernelForDim<128>();
+    default: return TcKernelForDim<256>();
+  }
+}
+
+Status SplitKvTcSupports(const ModelShape& shape) { return CheckKernelShape(shape, "split_kv"); }
+std::size_t SplitKvTcWorkspaceBytes(const ModelShape& shape, int capacity) {
+  return SplitKvWorkspaceBytes(SplitKvFamily::kTensorCore, shape, capacity);
+}
+Status SplitKvTcLaunch(const ModelShape& shape, const DecodeBatchView& batch,
+                       const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream) {
+  return LaunchSplitKv(SplitKvFamily::kTensorCore, "split_kv", shape, batch, pools, workspace,
+                       stream);
+}
+
+}  // namespace attnrt::kernels

@@ -1,0 +1,232 @@
+// What both split-KV families share: the plan (grid and splits per (shape, capacity)), the
+// workspace layout, the merge kernel, and the launcher (programmatic dependent launch for the
+// decode and merge kernels).
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/decode_device.cuh"
+#include "kernels/decode_internal.h"
+
+namespace attnrt::kernels {
+namespace {
+
+constexpr int kMaxSplits = 64;
+// Contexts shorter than this are not split: below it the partial write and merge cost more
+// than the parallelism gains.
+constexpr int kMinSplitTokens = 256;
+// Without a device (host-only builds asking for workspace sizes) an H100 is assumed.
+constexpr int kFallbackSms = 132;
+constexpr int kFallbackCtasPerSm = 4;
+
+// One CTA per (q head, slot) that was split: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
+template <int kHeadDim>
+__global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKvParams p) {
+  WaitForPrerequisiteGrids();  // the partials come from the decode kernel just before
+  const int h = blockIdx.x;
+  const int slot = blockIdx.y;
+  const int len = p.kv_lengths[slot];
+  if (len <= 0) return;
+  const SlotSplit ss = SplitSlot(len, p.plan);
+  if (ss.num_splits == 1) return;  // the decode kernel wrote this slot's output itself
+  const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + h;
+  const float* lse = p.partial_lse + row * p.plan.max_splits;
+  float mx = kNoScore;
+  for (int s = 0; s < ss.num_splits; ++s) mx = fmaxf(mx, lse[s]);
+  float sum = 0.0f;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int d = threadIdx.x * 4;
+  for (int s = 0; s < ss.num_splits; ++s) {
+    const float w = exp2f(lse[s] - mx);
+    sum += w;
+    const float4 part = *reinterpret_cast<const float4*>(
+        p.partial_out + (row * p.plan.max_splits + s) * kHeadDim + d);
+    o.x += w * part.x;
+    o.y += w * part.y;
+    o.z += w * part.z;
+    o.w += w * part.w;
+  }
+  const float inv = 1.0f / sum;
+  __half2 packed[2] = {__floats2half2_rn(o.x * inv, o.y * inv),
+                       __floats2half2_rn(o.z * inv, o.w * inv)};
+  *reinterpret_cast<uint2*>(p.out + row * kHeadDim + d) = *reinterpret_cast<const uint2*>(packed);
+  if (threadIdx.x == 0 && p.lse != nullptr) p.lse[row] = (mx + log2f(sum)) * kLn2;
+}
+
+SplitKvKernel KernelFor(SplitKvFamily family, int head_dim, int group) {
+  return family == SplitKvFamily::kSimt ? SimtKernelFor(head_dim, group)
+                                        : TcKernelFor(head_dim, group);
+}
+
+struct DeviceFacts {
+  int sms = kFallbackSms;
+  int resident_ctas = kFallbackSms * kFallbackCtasPerSm;
+  bool ok = false;
+};
+
+// SM count and resident CTAs of a kernel on the current device, cached per kernel (the plan must
+// not change between a capture and its replays). Also raises the kernel's dynamic shared-memory
+// limit once, before its first launch.
+DeviceFacts Prepare(const SplitKvKernel& k) {
+  static std::mutex mu;
+  static std::vector<std::pair<const void*, DeviceFacts>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [fn, facts] : cache) {
+    if (fn == k.fn) return facts;
+  }
+  DeviceFacts f;
+  int device = 0, sms = 0, per_sm = 0;
+  const bool ok =
+      cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      (k.smem_bytes <= 48 * 1024 ||
+       cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes) ==
+           cudaSuccess) &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, k.smem_bytes) ==
+          cudaSuccess &&
+      sms > 0 && per_sm > 0;
+  if (!ok) {
+    cudaGetLastError();  // clear a "no device" error from the queries; don't cache
+    return f;
+  }
+  f.sms = sms;
+  f.resident_ctas = sms * per_sm;
+  f.ok = true;
+  cache.emplace_back(k.fn, f);
+  return f;
+}
+
+SplitKvPlan PlanFor(const SplitKvKernel& k, const DeviceFacts& facts, const ModelShape& shape,
+                    int capacity) {
+  SplitKvPlan plan;
+  plan.tile_tokens = k.tile_tokens;
+  plan.min_tiles = std::max(1, kMinSplitTokens / plan.tile_tokens);
+  // With a CTA per SM or more, each streaming 32+ KB in flight, the grid already saturates HBM:
+  // splitting would only add partial writes and a merge. Below that, split until one wave of
+  // resident CTAs is full when every slot is live; a slot's own length then decides how many of
+  // its splits do work.
+  const int work = std::max(1, capacity * shape.num_kv_heads);
+  int splits = work >= facts.sms ? 1 : std::max(1, facts.resident_ctas / work);
+  const int max_tiles = (shape.max_context + plan.tile_tokens - 1) / plan.tile_tokens;
+  splits = std::min({splits, std::max(1, max_tiles / plan.min_tiles), kMaxSplits});
+  plan.max_splits = splits;
+  return plan;
+}
+
+std::size_t AlignUp(std::size_t x) { return (x + 255) / 256 * 256; }
+
+struct WorkspaceLayout {
+  std::size_t out_bytes = 0;
+  std::size_t lse_bytes = 0;
+  std::size_t total() const { return out_bytes + lse_bytes; }
+};
+
+WorkspaceLayout Layout(const ModelShape& shape, int capacity, const SplitKvPlan& plan) {
+  WorkspaceLayout w;
+  if (plan.max_splits <= 1 || capacity <= 0) return w;
+  const std::size_t rows = static_cast<std::size_t>(capacity) * shape.num_q_heads * plan.max_splits;
+  w.out_bytes = AlignUp(rows * shape.head_dim * sizeof(float));
+  w.lse_bytes = AlignUp(rows * sizeof(float));
+  return w;
+}
+
+Status LaunchWithPdl(const void* fn, dim3 grid, int threads, int smem, cudaStream_t stream,
+                     SplitKvParams* params) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* args[] = {params};
+  ATTNRT_CUDA_RETURN(cudaLaunchKernelExC(&cfg, fn, args));
+  return Status::Ok();
+}
+
+}  // namespace
+
+SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family) {
+  const SplitKvKernel k = KernelFor(family, shape.head_dim, shape.group_size());
+  return PlanFor(k, Prepare(k), shape, capacity);
+}
+
+std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const ModelShape& shape, int capacity) {
+  if (!CheckKernelShape(shape, "split_kv").ok()) return 0;
+  return Layout(shape, capacity, MakeSplitKvPlan(shape, capacity, family)).total();
+}
+
+Status LaunchSplitKv(SplitKvFamily family, std::string_view name, const ModelShape& shape,
+                     const DecodeBatchView& batch, const KvPoolView& pools,
+                     DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append) {
+  ATTNRT_RETURN_IF_ERROR(CheckKernelShape(shape, name));
+  ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
+  if (fuse_append && family != SplitKvFamily::kTensorCore) {
+    return InternalError("fused append requested from a split-KV family without it");
+  }
+  if (fuse_append) {
+    for (const auto& [field, ptr] : {std::pair<const char*, const Half*>{"batch.k_new", batch.k_new},
+                                     {"batch.v_new", batch.v_new}}) {
+      if (ptr == nullptr) return InvalidArgumentError(std::string(field) + " is null");
+      if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) {
+        return InvalidArgumentError(std::string(field) + " is not 16-byte aligned");
+      }
+    }
+  }
+  if (batch.capacity == 0) return Status::Ok();
+  const SplitKvKernel k = KernelFor(family, shape.head_dim, shape.group_size());
+  const DeviceFacts facts = Prepare(k);
+  const SplitKvPlan plan = PlanFor(k, facts, shape, batch.capacity);
+  const WorkspaceLayout layout = Layout(shape, batch.capacity, plan);
+  if (workspace.bytes < layout.total() || (layout.total() > 0 && workspace.data == nullptr)) {
+    return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +
+                                (workspace.data == nullptr ? " (data null)" : "") +
+                                ", expected >= " + std::to_string(layout.total()) +
+                                " (DecodeVariant::workspace_bytes for capacity " +
+                                std::to_string(batch.capacity) + ")");
+  }
+  SplitKvParams p{};
+  p.k = pools.k;
+  p.v = pools.v;
+  p.layer_stride = pools.layer_stride();
+  p.block_stride = pools.block_stride();
+  p.log2_block_size = __builtin_ctz(static_cast<unsigned>(shape.block_size));
+  p.num_q_heads = batch.num_q_heads;
+  p.group = shape.group_size();
+  p.max_blocks_per_seq = batch.max_blocks_per_seq;
+  p.kv_lengths = batch.kv_lengths;
+  p.layers = batch.layers;
+  p.block_tables = batch.block_tables;
+  p.q = batch.q;
+  p.out = batch.out;
+  p.lse = batch.lse;
+  p.scale_log2 = batch.scale * kLog2e;
+  p.plan = plan;
+  p.k_new = batch.k_new;
+  p.v_new = batch.v_new;
+  p.fuse_append = fuse_append ? 1 : 0;
+  if (layout.total() > 0) {
+    p.partial_out = static_cast<float*>(workspace.data);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + layout.out_bytes);
+  }
+  ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(k.fn, dim3(plan.max_splits, shape.num_kv_heads,
+                                                  batch.capacity),
+                                       k.threads, k.smem_bytes, stream, &p));
+  if (plan.max_splits > 1) {  // else no slot can split: no merge launch at all
+    const void* merge = shape.head_dim == 64    ? reinterpret_cast<const void*>(SplitKvMergeKernel<64>)
+                        : shape.head_dim == 128 ? reinterpret_cast<const void*>(SplitKvMergeKernel<128>)
+                                                : reinterpret_cast<const void*>(SplitKvMergeKernel<256>);
+    ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(merge, dim3(batch.num_q_heads, batch.capacity),
+                                         shape.head_dim / 4, 0, stream, &p));
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnrt::kernels
