@@ -3,7 +3,7 @@
 // graph for (bucket, path, slot):
 //
 //   H2D memcpy (metadata + q/k/v, or metadata only) -> gather (device-memory requests)
-//     -> [child graph: append-KV -> decode path] -> scatter (device-memory requests)
+//     -> [captured: append-KV -> decode path] -> scatter (device-memory requests)
 //     -> D2H memcpy (out + lse, for host-memory requests)
 //
 // followed by an event the completion thread waits on. Nodes a piece does not need are

@@ -73,6 +73,12 @@ class Executor {
 
   // Validates the batch (a malformed batch returns its error and `done` is not called), then
   // runs it asynchronously and calls `done` once. Blocks while max_in_flight() batches run.
+  // Do not call Submit() from a done callback.
+  // A request that fails validation (bad field, unknown sequence, duplicate, cache full) leaves
+  // its sequence untouched. A request that passed validation but then fails (launch or device
+  // error, or a path that cannot run the piece) has already taken its token: its (sequence,
+  // layer) length has advanced by one and the K/V at that position is undefined. The caller
+  // should free that sequence; the cache cannot truncate.
   virtual Status Submit(Batch batch, BatchDoneFn done) = 0;
   // Blocks until every submitted batch has completed (its callback returned).
   virtual void Wait() = 0;
