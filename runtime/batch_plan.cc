@@ -74,6 +74,7 @@ Status PrefillCache(kvcache::KvCache& cache, SequenceId id, int layer, int num_t
 }
 
 void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
+  std::lock_guard<std::mutex> lock(table_mu_);
   const int n = static_cast<int>(batch.requests.size());
   const int num_layers = table_->shape().num_layers;
   plan->statuses.assign(n, Status::Ok());
@@ -136,6 +137,7 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
 }
 
 Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const {
+  std::lock_guard<std::mutex> lock(table_mu_);
   StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
   if (!blocks.ok()) return blocks.status();
   const int bs = table_->shape().block_size;

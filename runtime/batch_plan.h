@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <unordered_set>
 #include <vector>
 
@@ -52,6 +53,9 @@ using DevicePointerCheck = Status (*)(const BatchRequest& request, int index);
 
 // Plans batches against one sequence table. Thread safety: none (the submitting thread owns it,
 // as it owns the table).
+// Thread safety: the planner owns the lock of the sequence table. Plan and FillBlockRow take it
+// (the executor's submitting thread); sequence management and length queries from any other
+// thread go through WithTable, so the scheduler may ask SequenceLength while batches are planned.
 class BatchPlanner {
  public:
   BatchPlanner(kvcache::SequenceTable* table, bool allow_device_memory,
@@ -66,6 +70,13 @@ class BatchPlanner {
   // into `row`; the rest of the row is left as is (kernels never read past kv_length).
   Status FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const;
 
+  // Runs fn(table) under the table's lock and returns its result.
+  template <typename Fn>
+  auto WithTable(Fn&& fn) const {
+    std::lock_guard<std::mutex> lock(table_mu_);
+    return fn(*table_);
+  }
+
  private:
   struct KeyHash {
     std::size_t operator()(const std::pair<SequenceId, int>& k) const {
@@ -74,7 +85,8 @@ class BatchPlanner {
     }
   };
 
-  kvcache::SequenceTable* table_;
+  mutable std::mutex table_mu_;
+  kvcache::SequenceTable* table_;  // GUARDED_BY(table_mu_)
   bool allow_device_memory_;
   DevicePointerCheck device_check_;
   std::unordered_set<std::pair<SequenceId, int>, KeyHash> seen_;  // reused across batches

@@ -180,25 +180,29 @@ void CpuExecutor::Wait() {
   cv_.wait(lock, [&] { return pending_ == 0; });
 }
 
-Status CpuExecutor::CreateSequence(SequenceId id) { return cache_->sequences().Create(id); }
+Status CpuExecutor::CreateSequence(SequenceId id) {
+  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Create(id); });
+}
 
 Status CpuExecutor::ForkSequence(SequenceId parent, SequenceId child) {
-  return cache_->sequences().Fork(parent, child);
+  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Fork(parent, child); });
 }
 
 Status CpuExecutor::FreeSequence(SequenceId id) {
   // Only metadata: a freed block is reused by a later batch, which runs after the queued ones.
-  return cache_->sequences().Free(id);
+  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Free(id); });
 }
 
 Status CpuExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
                             const Half* v) {
   Wait();  // it writes the pools from this thread
-  return PrefillCache(*cache_, id, layer, num_tokens, k, v);
+  return planner_.WithTable([&](kvcache::SequenceTable&) {
+    return PrefillCache(*cache_, id, layer, num_tokens, k, v);
+  });
 }
 
 StatusOr<int> CpuExecutor::SequenceLength(SequenceId id, int layer) const {
-  return cache_->sequences().Length(id, layer);
+  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Length(id, layer); });
 }
 
 ExecutorStats CpuExecutor::stats() const {

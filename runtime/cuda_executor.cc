@@ -95,9 +95,10 @@ struct DecodePath {
   std::string family;      // what SelectPath takes: the variant name, or "gemm"
   int max_kv_length = 0;   // longest length it runs; 0 = any (up to max_context)
   std::function<std::size_t(int capacity)> workspace_bytes;
+  // Appends each live slot's new K/V into the pools, then runs decode attention.
   std::function<Status(const kernels::DecodeBatchView&, const kernels::KvPoolView&,
                        kernels::DecodeWorkspace, cudaStream_t)>
-      launch;
+      append_and_decode;
 };
 
 // Which optional nodes a piece needs.
@@ -266,11 +267,12 @@ Status CudaExecutor::Impl::AddPaths(const std::string& name) {
         return plan.ok() ? plan->workspace_bytes : ~std::size_t{0};
       };
       cublasHandle_t handle = cublas.get();
-      p.launch = [shape, t_pad, handle](const kernels::DecodeBatchView& batch,
-                                        const kernels::KvPoolView& pools,
-                                        kernels::DecodeWorkspace ws, cudaStream_t st) {
+      p.append_and_decode = [shape, t_pad, handle](const kernels::DecodeBatchView& batch,
+                                                   const kernels::KvPoolView& pools,
+                                                   kernels::DecodeWorkspace ws, cudaStream_t st) {
         ATTNRT_ASSIGN_OR_RETURN(const kernels::GemmPathPlan plan,
                                 kernels::PlanGemmPath(shape, batch.capacity, t_pad));
+        ATTNRT_RETURN_IF_ERROR(kernels::LaunchAppendKv(batch, pools, st));
         return kernels::RunGemmPath(plan, shape, batch, pools, ws, handle, st);
       };
       paths.push_back(std::move(p));
@@ -285,10 +287,11 @@ Status CudaExecutor::Impl::AddPaths(const std::string& name) {
   p.workspace_bytes = [variant, shape](int capacity) {
     return variant->workspace_bytes(shape, capacity);
   };
-  p.launch = [variant, shape](const kernels::DecodeBatchView& batch,
-                              const kernels::KvPoolView& pools, kernels::DecodeWorkspace ws,
-                              cudaStream_t st) {
-    return variant->launch(shape, batch, pools, ws, st);
+  // split_kv fuses the append into the decode kernel (one graph node fewer).
+  p.append_and_decode = [variant, shape](const kernels::DecodeBatchView& batch,
+                                         const kernels::KvPoolView& pools,
+                                         kernels::DecodeWorkspace ws, cudaStream_t st) {
+    return kernels::LaunchAppendAndDecode(*variant, shape, batch, pools, ws, st);
   };
   paths.push_back(std::move(p));
   return Status::Ok();
@@ -481,9 +484,8 @@ BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int slot) const {
 
 Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int slot) {
   const kernels::DecodeBatchView view = ViewFor(bucket, slot);
-  ATTNRT_RETURN_IF_ERROR(kernels::LaunchAppendKv(view, pools, stream.get()));
   kernels::DecodeWorkspace ws{workspace.data(), workspace.bytes()};
-  return paths[path].launch(view, pools, ws, stream.get());
+  return paths[path].append_and_decode(view, pools, ws, stream.get());
 }
 
 // The same work as one replay, launched op by op (eager mode and warm-up).
@@ -882,31 +884,39 @@ Status CudaExecutor::Submit(Batch batch, BatchDoneFn done) {
 }
 void CudaExecutor::Wait() { impl_->WaitAll(); }
 
-Status CudaExecutor::CreateSequence(SequenceId id) { return impl_->cache->sequences().Create(id); }
+Status CudaExecutor::CreateSequence(SequenceId id) {
+  return impl_->planner->WithTable([&](kvcache::SequenceTable& t) { return t.Create(id); });
+}
 Status CudaExecutor::ForkSequence(SequenceId parent, SequenceId child) {
-  return impl_->cache->sequences().Fork(parent, child);
+  return impl_->planner->WithTable(
+      [&](kvcache::SequenceTable& t) { return t.Fork(parent, child); });
 }
 Status CudaExecutor::FreeSequence(SequenceId id) {
   // Metadata only: a block freed here and reused by a later batch is written in stream order,
   // after every queued piece that still reads it.
-  return impl_->cache->sequences().Free(id);
+  return impl_->planner->WithTable([&](kvcache::SequenceTable& t) { return t.Free(id); });
 }
 
 Status CudaExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
                              const Half* v) {
   ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
-  ATTNRT_RETURN_IF_ERROR(PrefillCache(*impl_->cache, id, layer, num_tokens, k, v));
+  ATTNRT_RETURN_IF_ERROR(impl_->planner->WithTable([&](kvcache::SequenceTable&) {
+    return PrefillCache(*impl_->cache, id, layer, num_tokens, k, v);
+  }));
   ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());  // the cache's copies ran on the legacy stream
   return Status::Ok();
 }
 
 StatusOr<int> CudaExecutor::SequenceLength(SequenceId id, int layer) const {
-  return impl_->cache->sequences().Length(id, layer);
+  return impl_->planner->WithTable(
+      [&](kvcache::SequenceTable& t) { return t.Length(id, layer); });
 }
 
 Status CudaExecutor::ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) {
   ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
-  return impl_->cache->ReadToken(id, layer, position, k, v);
+  return impl_->planner->WithTable([&](kvcache::SequenceTable&) {
+    return impl_->cache->ReadToken(id, layer, position, k, v);
+  });
 }
 
 ExecutorStats CudaExecutor::stats() const {

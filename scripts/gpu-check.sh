@@ -1,67 +1,106 @@
 #!/usr/bin/env bash
-# On a GPU machine: builds attnrt with CUDA (sm_90 by default), runs every test (GPU ones
-# included), runs compute-sanitizer (memcheck, racecheck, initcheck) over the kernel tests, and
-# runs the benchmarks to JSON. Results go to ${OUT_DIR:-bench/results/raw}/; a summary record
-# (device, date, commit) is written beside them.
-#   scripts/gpu-check.sh [--no-bench] [--no-sanitizer] [--bench-filter REGEX]
+# On a GPU machine: builds attnrt with CUDA (sm_90 unless CMAKE_CUDA_ARCHITECTURES says
+# otherwise), runs every test (GPU ones included), runs compute-sanitizer (memcheck, racecheck,
+# initcheck) over the GPU tests, and runs the benchmarks to JSON, plus the PyTorch SDPA
+# comparison and the batching-window sweep on the CUDA executor. Everything lands in OUT_DIR
+# (default bench/results/<date>_<gpu>), with record.txt naming device, date and commit.
+#
+#   scripts/gpu-check.sh [--phase all|tests|sanitizer|bench]... [--quick] [--help]
+#     --phase P   run only these phases (repeatable; default all; build always runs)
+#     --quick     a smaller batching-window sweep
 set -uo pipefail
 cd "$(dirname "$0")/.."
-run_bench=1; run_sanitizer=1; bench_filter="."
+phases=""; quick=0
 while (($#)); do
   case "$1" in
-    --no-bench) run_bench=0 ;;
-    --no-sanitizer) run_sanitizer=0 ;;
-    --bench-filter) bench_filter="$2"; shift ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --phase) phases="$phases $2"; shift ;;
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-out=${OUT_DIR:-bench/results/raw}
+[ -n "$phases" ] || phases=" all"
+has() { [[ "$phases" == *" all"* || "$phases" == *" $1"* ]]; }
+log() { echo "[gpu-check $(date +%H:%M:%S)] $*"; }
+
+if ! nvidia-smi >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU here (nvidia-smi failed); use scripts/test.sh" >&2
+  exit 1
+fi
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+gpu_slug=$(echo "$gpu" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+out=${OUT_DIR:-bench/results/$(date -u +%Y-%m-%d)_${gpu_slug}}
 mkdir -p "$out"
 build=${BUILD_DIR:-build-gpu}
 status=0
-log() { echo "[gpu-check $(date +%H:%M:%S)] $*"; }
-
-device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo "+dirty" || true)
-log "device: ${device:-none}; commit ${commit}${dirty}"
+dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo "+dirty" || true)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
+  --format=csv >"$out/device.txt"
+log "device: $gpu; commit ${commit}${dirty}; phases:$phases; out $out"
 
 log "build ($build)"
-BUILD_DIR=$build JOBS=${JOBS:-$(nproc)} ./scripts/build.sh 2>&1 | tail -3 || { log "BUILD FAILED"; exit 1; }
+if ! BUILD_DIR=$build JOBS=${JOBS:-$(nproc)} ./scripts/build.sh >"$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"; log "BUILD FAILED"; exit 1
+fi
 
-log "ctest"
-(cd "$build" && ctest --output-on-failure -j 4 --timeout 600 2>&1) | tee "$out/ctest.log" | tail -15
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+if has tests; then
+  log "ctest (every test; GPU tests run here)"
+  (cd "$build" && ctest --output-on-failure -j 4 --timeout 900) >"$out/ctest.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Failed  " "$out/ctest.log" | tail -12
+fi
 
-if ((run_sanitizer)) && command -v compute-sanitizer >/dev/null; then
+if has sanitizer; then
+  # decode_gpu_test holds 170 cases (contexts to 128k): the sanitizers run a cross-section of
+  # it (every variant, each D, block sizes 8/16/64, G 2/8, graph capture, peaky softmax).
+  decode_filter='AllCombos/*D128_bs16*:Variants/DecodeEdgeTest.GraphCaptured*:Variants/DecodeEdgeTest.Peaky*:AllCombos/*D64_bs8_G8*:AllCombos/*D256_bs64_G2*'
   for tool in memcheck racecheck initcheck; do
     for t in "$build"/tests/*_gpu_test; do
-      [ -x "$t" ] || continue
-      log "compute-sanitizer --tool $tool $(basename "$t")"
-      compute-sanitizer --tool "$tool" --error-exitcode 1 "$t" --gtest_brief=1 \
-        ${SANITIZER_FILTER:+--gtest_filter=$SANITIZER_FILTER} >"$out/sanitizer_${tool}_$(basename "$t").log" 2>&1 \
-        && log "  0 errors" || { log "  ERRORS (see log)"; tail -20 "$out/sanitizer_${tool}_$(basename "$t").log"; status=1; }
+      name=$(basename "$t")
+      filter="*"; [ "$name" = decode_gpu_test ] && filter=$decode_filter
+      [ "$name" = api_runtime_gpu_test ] && filter="*Cuda*"
+      logf="$out/sanitizer_${tool}_${name}.log"
+      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 \
+        --gtest_filter="$filter" >"$logf" 2>&1
+      rc=$?
+      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logf" | tail -1)
+      tests=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \]" "$logf" | tr '\n' ' ')
+      log "compute-sanitizer $tool $name: rc=$rc ${summary:-no summary} ${tests}"
+      [ $rc -eq 0 ] || status=1
     done
   done
 fi
 
-if ((run_bench)); then
-  for b in "$build"/bench/*_bench; do
-    [ -x "$b" ] || continue
-    name=$(basename "$b")
-    log "benchmark $name"
-    "$b" --benchmark_filter="$bench_filter" --benchmark_out="$out/$name.json" \
-      --benchmark_out_format=json --benchmark_counters_tabular=true 2>&1 | tail -40 || status=1
+if has bench; then
+  # Each benchmark sets its own warm-up, repetitions and medians.
+  for b in kernels_decode_bench runtime_step_bench; do
+    [ -x "$build/bench/$b" ] || continue
+    log "benchmark $b"
+    "$build/bench/$b" --benchmark_out="$out/$b.json" --benchmark_out_format=json \
+      --benchmark_counters_tabular=true >"$out/$b.txt" 2>&1 || status=1
+    grep -E "median|ERROR" "$out/$b.txt" | head -30
   done
+  if python3 -c "import torch" 2>/dev/null; then
+    log "PyTorch SDPA comparison (same shapes, contiguous KV, graph-replayed)"
+    PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py --out "$out/sdpa_compare.json" \
+      --gbench-json "$out/kernels_decode_bench.json" >"$out/sdpa_compare.txt" 2>&1 || status=1
+    tail -20 "$out/sdpa_compare.txt"
+  fi
+  log "batching-window sweep on the CUDA executor (tune_window)"
+  if [ $quick -eq 1 ]; then sweep=(--rates 20000,100000 --windows-us 0,200 --max-batches 32)
+  else sweep=(--rates 5000,50000,200000 --windows-us 0,50,200,1000 --max-batches 8,32,128); fi
+  "$build/examples/tune_window" --device cuda "${sweep[@]}" --duration 0.4 --sequences 2048 \
+    --json "$out/tune_window.json" >"$out/tune_window.txt" 2>&1 || status=1
+  tail -25 "$out/tune_window.txt"
 fi
 
 {
-  echo "device: ${device:-none}"
+  echo "device: $(tail -1 "$out/device.txt")"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: ${commit}${dirty}"
+  echo "phases:$phases"
   echo "status: $([ $status -eq 0 ] && echo pass || echo FAIL)"
-} >"$out/record.txt"
+} >>"$out/record.txt"
 cat "$out/record.txt"
 exit $status
