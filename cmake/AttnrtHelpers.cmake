@@ -28,7 +28,8 @@ endfunction()
 
 # attnrt_add_test(<file>): one GoogleTest binary per file, named after it, linking its component.
 # GPU tests call GTEST_SKIP() with their reason where no device is present; ctest reports those
-# as skipped (not passed) through SKIP_REGULAR_EXPRESSION.
+# as skipped (not passed) through SKIP_REGULAR_EXPRESSION. The regex must not end in "]": CMake 4.x
+# writes it into a [[bracket argument]] that a trailing "]" breaks.
 function(attnrt_add_test file)
   get_filename_component(name ${file} NAME_WE)
   attnrt_component_of(${file} component)
@@ -38,7 +39,7 @@ function(attnrt_add_test file)
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
     DISCOVERY_TIMEOUT 60
-    PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] ")
 endfunction()
 
 # attnrt_link(<target> <libs...>): PUBLIC links, INTERFACE while the target has no sources yet.
