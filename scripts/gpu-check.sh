@@ -34,7 +34,7 @@ out=${OUT_DIR:-bench/results/$(date -u +%Y-%m-%d)_${gpu_slug}}
 mkdir -p "$out"
 build=${BUILD_DIR:-build-gpu}
 status=0
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${ATTNRT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # the device copy has no .git
 dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo "+dirty" || true)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
   --format=csv >"$out/device.txt"
