@@ -360,6 +360,9 @@ Status CudaExecutor::Impl::Init() {
     // All padding until packed: a warm-up or stray replay touches nothing.
     std::memset(s.in.data(), 0, s.in.bytes());
     ATTNRT_CUDA_RETURN(cudaMemset(s.dev_in.data(), 0, s.dev_in.bytes()));
+    // The D2H node copies the whole bucket's output rows, padded slots included, which no
+    // kernel writes: zero them once so that copy never reads uninitialised memory.
+    ATTNRT_CUDA_RETURN(cudaMemset(s.dev_out.data(), 0, s.dev_out.bytes()));
     memory.slot_device_bytes += s.dev_in.bytes() + s.dev_out.bytes();
     memory.pinned_bytes += s.in.bytes() + s.out.bytes();
   }

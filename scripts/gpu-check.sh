@@ -54,18 +54,36 @@ fi
 if has sanitizer; then
   # decode_gpu_test holds 170 cases (contexts to 128k): the sanitizers run a cross-section of
   # it (every variant, each D, block sizes 8/16/64, G 2/8, graph capture, peaky softmax).
+  # cuda_executor_gpu_test: the failure-injection case is left out (it makes a CUDA API error on
+  # purpose, which memcheck reports as such); initcheck, ~20x slower there, runs a subset.
   decode_filter='AllCombos/*D128_bs16*:Variants/DecodeEdgeTest.GraphCaptured*:Variants/DecodeEdgeTest.Peaky*:AllCombos/*D64_bs8_G8*:AllCombos/*D256_bs64_G2*'
+  executor_filter='-*InjectedLaunchFailure*'
+  executor_initcheck='*EveryPathMatchesDenseReference:*CapturedShortReplaysLong:*DeviceAndHostMemoryInTheSameGraphs:*BatchLargerThanTheLargestBucketIsSplit'
   for tool in memcheck racecheck initcheck; do
     for t in "$build"/tests/*_gpu_test; do
       name=$(basename "$t")
-      filter="*"; [ "$name" = decode_gpu_test ] && filter=$decode_filter
-      [ "$name" = api_runtime_gpu_test ] && filter="*Cuda*"
+      case "$name" in
+        decode_gpu_test) filter=$decode_filter ;;
+        api_runtime_gpu_test) filter='*Cuda*' ;;
+        cuda_executor_gpu_test)
+          filter=$executor_filter; [ $tool = initcheck ] && filter=$executor_initcheck ;;
+        *) filter='*' ;;
+      esac
       logf="$out/sanitizer_${tool}_${name}.log"
-      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 \
+      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 \
         --gtest_filter="$filter" >"$logf" 2>&1
       rc=$?
       summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logf" | tail -1)
       tests=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \]" "$logf" | tr '\n' ' ')
+      if [ $tool = racecheck ] && [ $rc -eq 9 ]; then
+        # cuBLAS's own Hopper GEMM kernels (nvjet_*, used by the GEMM path) draw racecheck
+        # reports; ours must have none. Both counts are logged; only ours fail the check.
+        ours=$(grep -E "Race reported" "$logf" | grep -vc "nvjet_")
+        cublas=$(grep -E "Race reported" "$logf" | grep -c "nvjet_")
+        log "compute-sanitizer racecheck $name: $ours race reports in attnrt kernels, $cublas inside cuBLAS (nvjet_*) ${tests}"
+        [ "$ours" -eq 0 ] || status=1
+        continue
+      fi
       log "compute-sanitizer $tool $name: rc=$rc ${summary:-no summary} ${tests}"
       [ $rc -eq 0 ] || status=1
     done
