@@ -160,4 +160,75 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   return result;
 }
 
+// The executor alone, closed loop: full batches of `batch` requests (sequences taken in turn, so
+// no batch holds one (sequence, layer) twice) submitted back to back for `duration_s`, as many in
+// flight as the executor allows. Gives the kernel-only capacity the scheduler is judged against.
+struct CapacityResult {
+  int batch = 0;
+  std::int64_t batches = 0;
+  double elapsed_s = 0;
+  double throughput_per_s = 0;  // requests completed per second
+  double step_us = 0;           // elapsed / batches: the pipelined time of one batch
+};
+
+inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* executor, int batch,
+                                                        int num_sequences, double duration_s) {
+  if (batch < 1 || batch > num_sequences) {
+    return InvalidArgumentError("batch = " + std::to_string(batch) +
+                                ", expected 1 <= batch <= num_sequences = " +
+                                std::to_string(num_sequences));
+  }
+  ATTNRT_RETURN_IF_ERROR(EnsureSequences(executor, num_sequences));
+  const ModelShape& shape = executor->shape();
+  const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
+  const std::size_t kv_elems = static_cast<std::size_t>(shape.kv_token_elems());
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<Half> q(q_elems), kv(kv_elems);
+  for (auto& x : q) x = FloatToHalf(normal(rng));
+  for (auto& x : kv) x = FloatToHalf(normal(rng));
+  // One output row per batch position: batches run in order, so rows are reused safely.
+  std::vector<Half> out(q_elems * batch);
+
+  std::atomic<std::int64_t> completed{0}, failed{0};
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point stop = start + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(duration_s));
+  std::int64_t submitted = 0;
+  int next_sequence = 0;
+  while (Clock::now() < stop) {
+    runtime::Batch b;
+    b.requests.resize(batch);
+    for (int j = 0; j < batch; ++j) {
+      runtime::BatchRequest& r = b.requests[j];
+      r.sequence_id = static_cast<runtime::SequenceId>(next_sequence);
+      next_sequence = (next_sequence + 1) % num_sequences;
+      r.q = q.data();
+      r.k = kv.data();
+      r.v = kv.data();
+      r.out = out.data() + j * q_elems;
+    }
+    ATTNRT_RETURN_IF_ERROR(executor->Submit(std::move(b), [&](std::vector<Status> statuses) {
+      for (const Status& s : statuses) {
+        if (!s.ok()) failed.fetch_add(1, std::memory_order_relaxed);
+      }
+      completed.fetch_add(1, std::memory_order_release);
+    }));
+    ++submitted;
+  }
+  executor->Wait();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  if (failed.load() > 0) {
+    return InternalError(std::to_string(failed.load()) + " requests failed while measuring capacity");
+  }
+  CapacityResult r;
+  r.batch = batch;
+  r.batches = submitted;
+  r.elapsed_s = elapsed;
+  r.throughput_per_s = static_cast<double>(submitted) * batch / elapsed;
+  r.step_us = elapsed * 1e6 / static_cast<double>(std::max<std::int64_t>(submitted, 1));
+  return r;
+}
+
 }  // namespace attnrt::bench

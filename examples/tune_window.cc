@@ -3,7 +3,9 @@
 // each offered rate, for every (max_queue_delay, max_batch_size) pair, prints achieved batch
 // size, p50/p99/p999 latency and throughput, and recommends, per rate, the setting with the
 // lowest p99 among those that keep up with the rate and meet the latency objective (ties within
-// 10% go to the fuller batch). Optional JSON output for records.
+// 10% go to the fuller batch). Optional JSON output for records. With --criteria B it also
+// measures the executor's kernel-only capacity at batch B and checks the scheduler against it
+// (throughput at saturation, p99 at 70% load); exit code 3 when a criterion is missed.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -32,6 +34,10 @@ struct ToolOptions {
   int context = 512;
   int sequences = 1024;
   std::string json;
+  // Issue-6 criteria at one batch size (0 = off): capacity, saturation and 70%-load checks.
+  int criteria_batch = 0;
+  int criteria_window_us = 200;
+  bool sweep = true;
 };
 
 void PrintHelp() {
@@ -47,6 +53,12 @@ void PrintHelp() {
       "  --context T                 prompt tokens prefilled per sequence (512)\n"
       "  --sequences N               sequences the load cycles through (1024)\n"
       "  --json FILE                 also write every point as JSON\n"
+      "  --criteria B                also check, at max batch B: the executor's kernel-only\n"
+      "                              capacity (full batches back to back), the scheduler's\n"
+      "                              throughput at saturation (>= 0.9x capacity), and p99 at\n"
+      "                              70%% of capacity (<= window + 2 x step time)\n"
+      "  --criteria-window-us W      window for the criteria runs (200)\n"
+      "  --no-sweep                  skip the sweep (criteria only)\n"
       "  --help                      this text\n");
 }
 
@@ -70,6 +82,10 @@ bool Parse(int argc, char** argv, ToolOptions* o) {
     if (a == "--help" || a == "-h") {
       PrintHelp();
       std::exit(0);
+    }
+    if (a == "--no-sweep") {
+      o->sweep = false;
+      continue;
     }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "tune_window: %s needs a value (see --help)\n", a.c_str());
@@ -98,6 +114,12 @@ bool Parse(int argc, char** argv, ToolOptions* o) {
     } else if (a == "--context") { num(&o->context);
     } else if (a == "--sequences") { num(&o->sequences);
     } else if (a == "--json") { o->json = v;
+    } else if (a == "--criteria") { num(&o->criteria_batch);
+    } else if (a == "--criteria-window-us") {
+      char* end = nullptr;
+      const long w = std::strtol(v.c_str(), &end, 10);
+      ok = *end == '\0' && w >= 0;
+      o->criteria_window_us = static_cast<int>(w);
     } else {
       std::fprintf(stderr, "tune_window: unknown option %s (see --help)\n", a.c_str());
       return false;
@@ -127,7 +149,10 @@ int main(int argc, char** argv) {
   for (int b : o.max_batches) max_batch = std::max(max_batch, b);
   double tokens_per_seq = 0;  // every point appends rate * duration / sequences tokens
   for (double rate : o.rates) tokens_per_seq += rate * o.duration_s / o.sequences;
-  tokens_per_seq *= o.windows_us.size() * o.max_batches.size();
+  tokens_per_seq *= o.sweep ? o.windows_us.size() * o.max_batches.size() : 0;
+  // Criteria runs: capacity, saturation (1.5x) and 70% load, at most ~1M requests/s each.
+  if (o.criteria_batch > 0) tokens_per_seq += 3 * 1.0e6 * o.duration_s / o.sequences;
+  max_batch = std::max(max_batch, o.criteria_batch);
 
   attnrt::ModelShape shape;
   shape.num_layers = 1;
@@ -195,9 +220,11 @@ int main(int argc, char** argv) {
 
   std::vector<Point> points;
   const std::size_t total = o.rates.size() * o.windows_us.size() * o.max_batches.size();
-  std::printf("\n%10s %9s %9s %10s %9s %9s %9s %9s %8s\n", "rate/s", "window_us", "max_batch",
-              "thru/s", "batch", "p50_us", "p99_us", "p999_us", "failed");
-  for (double rate : o.rates) {
+  if (o.sweep) {
+    std::printf("\n%10s %9s %9s %10s %9s %9s %9s %9s %8s\n", "rate/s", "window_us",
+                "max_batch", "thru/s", "batch", "p50_us", "p99_us", "p999_us", "failed");
+  }
+  for (double rate : o.sweep ? o.rates : std::vector<double>{}) {
     for (int b : o.max_batches) {
       for (int w : o.windows_us) {
         attnrt::bench::OpenLoopConfig c;
@@ -221,8 +248,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\nrecommendation (p99 <= %.0f us, keeps up with the offered rate):\n", o.p99_slo_us);
-  for (double rate : o.rates) {
+  if (o.sweep) {
+    std::printf("\nrecommendation (p99 <= %.0f us, keeps up with the offered rate):\n",
+                o.p99_slo_us);
+  }
+  for (double rate : o.sweep ? o.rates : std::vector<double>{}) {
     const Point* best = nullptr;
     for (const Point& p : points) {
       if (p.rate != rate || p.r.failed + p.r.rejected > 0) continue;
@@ -240,6 +270,49 @@ int main(int argc, char** argv) {
     } else {
       std::printf("  %8.0f req/s: no setting meets the objective on this device\n", rate);
     }
+  }
+
+  int criteria_failures = 0;
+  if (o.criteria_batch > 0) {
+    const int b = o.criteria_batch;
+    const int w = o.criteria_window_us;
+    auto cap = attnrt::bench::MeasureExecutorCapacity(executor.get(), b, o.sequences, o.duration_s);
+    if (!cap.ok()) {
+      std::fprintf(stderr, "tune_window: capacity: %s\n", cap.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("\ncriteria at max batch %d, window %d us\n", b, w);
+    std::printf("  kernel-only capacity: %.0f req/s (%lld batches of %d, step %.1f us)\n",
+                cap->throughput_per_s, static_cast<long long>(cap->batches), b, cap->step_us);
+    auto run = [&](double rate) {
+      attnrt::bench::OpenLoopConfig c;
+      c.rate_per_s = rate;
+      c.window = std::chrono::microseconds(w);
+      c.max_batch = b;
+      c.duration_s = o.duration_s;
+      c.num_sequences = o.sequences;
+      return attnrt::bench::RunOpenLoop(c, executor.get());
+    };
+    auto saturated = run(1.5 * cap->throughput_per_s);
+    auto loaded = run(0.7 * cap->throughput_per_s);
+    if (!saturated.ok() || !loaded.ok()) {
+      std::fprintf(stderr, "tune_window: criteria run: %s\n",
+                   (!saturated.ok() ? saturated.status() : loaded.status()).ToString().c_str());
+      return 1;
+    }
+    const double ratio = saturated->throughput_per_s / cap->throughput_per_s;
+    const bool sat_ok = ratio >= 0.9;
+    const double bound = w + 2 * cap->step_us;
+    const bool p99_ok = loaded->p99_us <= bound && loaded->failed == 0;
+    criteria_failures = !sat_ok + !p99_ok;
+    std::printf("  saturation (offered 1.5x): %.0f req/s = %.3f x capacity (>= 0.9): %s "
+                "(mean batch %.1f)\n",
+                saturated->throughput_per_s, ratio, sat_ok ? "PASS" : "FAIL",
+                saturated->batch_mean);
+    std::printf("  70%% load (%.0f req/s): p99 %.0f us <= window + 2 x step = %.0f us: %s "
+                "(p50 %.0f, p999 %.0f, mean batch %.1f)\n",
+                0.7 * cap->throughput_per_s, loaded->p99_us, bound, p99_ok ? "PASS" : "FAIL",
+                loaded->p50_us, loaded->p999_us, loaded->batch_mean);
   }
 
   if (!o.json.empty()) {
@@ -263,5 +336,5 @@ int main(int argc, char** argv) {
     std::fprintf(f, "]}\n");
     std::fclose(f);
   }
-  return 0;
+  return criteria_failures == 0 ? 0 : 3;
 }
