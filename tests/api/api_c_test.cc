@@ -1,0 +1,171 @@
+// The C interface (api/c_api.h) on the CPU executor: error codes and messages, the sequence
+// calls, blocking and asynchronous decode checked against a dense FP64 reference.
+#include "api/c_api.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "api/config.h"
+#include "tests/support/dense_attention.h"
+#include "tests/support/random_fp16.h"
+
+namespace attnrt {
+namespace {
+
+attnrt_options SmallOptions() {
+  attnrt_options o;
+  attnrt_options_init(&o);
+  o.num_layers = 2;
+  o.num_q_heads = 4;
+  o.num_kv_heads = 2;
+  o.head_dim = 64;
+  o.block_size = 16;
+  o.max_context = 128;
+  o.device = ATTNRT_DEVICE_CPU;
+  o.kv_cache_bytes = 4 << 20;
+  return o;
+}
+
+ModelShape ShapeOf(const attnrt_options& o) {
+  ModelShape s;
+  s.num_layers = o.num_layers;
+  s.num_q_heads = o.num_q_heads;
+  s.num_kv_heads = o.num_kv_heads;
+  s.head_dim = o.head_dim;
+  s.block_size = o.block_size;
+  s.max_context = o.max_context;
+  return s;
+}
+
+std::vector<uint16_t> Normal(testing::NormalRng& rng, std::size_t n) {
+  std::vector<Half> h(n);
+  testing::FillNormal(h, rng);
+  std::vector<uint16_t> bits(n);
+  for (std::size_t i = 0; i < n; ++i) bits[i] = h[i].bits;
+  return bits;
+}
+
+std::span<const Half> AsHalves(const std::vector<uint16_t>& v) {
+  return {reinterpret_cast<const Half*>(v.data()), v.size()};
+}
+
+TEST(CApiTest, CreateRejectsBadOptionsNamingTheField) {
+  attnrt_options o = SmallOptions();
+  o.head_dim = 96;
+  attnrt_runtime* rt = reinterpret_cast<attnrt_runtime*>(0x1);
+  char error[256] = "";
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_NE(std::string(error).find("head_dim = 96"), std::string::npos) << error;
+
+  o = SmallOptions();
+  o.device = static_cast<attnrt_device>(7);
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("options.device = 7"), std::string::npos) << error;
+
+  char tiny[8];
+  o = SmallOptions();
+  o.max_queue_delay_us = -1;
+  EXPECT_EQ(attnrt_create(&o, &rt, tiny, sizeof(tiny)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(tiny), "options");  // truncated to 7 characters + NUL
+  EXPECT_EQ(attnrt_create(nullptr, &rt, nullptr, 0), ATTNRT_INVALID_ARGUMENT);
+}
+
+TEST(CApiTest, DecodesMatchDenseReferenceBlockingAndAsync) {
+  attnrt_options o = SmallOptions();
+  const ModelShape shape = ShapeOf(o);
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+
+  const std::size_t kv = shape.kv_token_elems(), qn = std::size_t(shape.num_q_heads) * shape.head_dim;
+  testing::NormalRng rng(21);
+  testing::DenseKv mirror;
+  ASSERT_EQ(attnrt_create_sequence(rt, 5, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(attnrt_create_sequence(rt, 5, error, sizeof(error)), ATTNRT_ALREADY_EXISTS);
+  auto pk = Normal(rng, kv * 20), pv = Normal(rng, kv * 20);
+  ASSERT_EQ(attnrt_prefill(rt, 5, 1, 20, pk.data(), pv.data(), error, sizeof(error)), ATTNRT_OK)
+      << error;
+  mirror.Append(AsHalves(pk), AsHalves(pv));
+
+  // Blocking decode.
+  auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
+  std::vector<uint16_t> out(qn, 0x7e00);  // poisoned (NaN)
+  ASSERT_EQ(attnrt_decode(rt, 5, 1, q.data(), k.data(), v.data(), out.data(), error, sizeof(error)),
+            ATTNRT_OK)
+      << error;
+  mirror.Append(AsHalves(k), AsHalves(v));
+  auto err = testing::CompareToReference(AsHalves(out), testing::DenseDecode(shape, mirror, AsHalves(q)));
+  EXPECT_LE(err.max_abs, 2e-3);
+  EXPECT_LE(err.rel_l2, 1e-3);
+
+  // Asynchronous decode: the callback gets the output.
+  struct Result {
+    std::atomic<int> calls{0};
+    attnrt_code code = ATTNRT_INTERNAL;
+    std::vector<uint16_t> out;
+  } result;
+  auto q2 = Normal(rng, qn), k2 = Normal(rng, kv), v2 = Normal(rng, kv);
+  ASSERT_EQ(attnrt_submit(
+                rt, 5, 1, 0, q2.data(), k2.data(), v2.data(),
+                [](void* user, attnrt_code code, const char*, const uint16_t* out) {
+                  auto* r = static_cast<Result*>(user);
+                  r->code = code;
+                  if (out) r->out.assign(out, out + 4 * 64);
+                  r->calls++;
+                },
+                &result, error, sizeof(error)),
+            ATTNRT_OK)
+      << error;
+  mirror.Append(AsHalves(k2), AsHalves(v2));
+  attnrt_drain(rt);
+  EXPECT_EQ(result.calls.load(), 1);
+  ASSERT_EQ(result.code, ATTNRT_OK);
+  err = testing::CompareToReference(AsHalves(result.out),
+                                    testing::DenseDecode(shape, mirror, AsHalves(q2)));
+  EXPECT_LE(err.max_abs, 2e-3);
+  EXPECT_LE(err.rel_l2, 1e-3);
+
+  int length = 0;
+  ASSERT_EQ(attnrt_sequence_length(rt, 5, 1, &length, error, sizeof(error)), ATTNRT_OK);
+  EXPECT_EQ(length, 22);
+  ASSERT_EQ(attnrt_sequence_length(rt, 5, 0, &length, error, sizeof(error)), ATTNRT_OK);
+  EXPECT_EQ(length, 0);
+  // After drain, submits are refused.
+  EXPECT_EQ(attnrt_decode(rt, 5, 0, q.data(), k.data(), v.data(), out.data(), error, sizeof(error)),
+            ATTNRT_UNAVAILABLE);
+  attnrt_destroy(rt);
+  attnrt_destroy(nullptr);
+}
+
+TEST(CApiTest, NullArgumentsAreNamed) {
+  attnrt_options o = SmallOptions();
+  attnrt_runtime* rt = nullptr;
+  char error[128] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_create_sequence(rt, 1, error, sizeof(error)), ATTNRT_OK);
+  std::vector<uint16_t> q(4 * 64), kv(2 * 64), out(4 * 64);
+  EXPECT_EQ(attnrt_decode(rt, 1, 0, q.data(), nullptr, kv.data(), out.data(), error, sizeof(error)),
+            ATTNRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(error, "k is NULL");
+  EXPECT_EQ(attnrt_decode(rt, 1, 0, q.data(), kv.data(), kv.data(), nullptr, error, sizeof(error)),
+            ATTNRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(error, "out is NULL");
+  EXPECT_EQ(attnrt_submit(rt, 1, 0, 0, q.data(), kv.data(), kv.data(), nullptr, nullptr, error,
+                          sizeof(error)),
+            ATTNRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(error, "done is NULL");
+  EXPECT_EQ(attnrt_create_sequence(nullptr, 1, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(error, "runtime is NULL");
+  EXPECT_EQ(attnrt_decode(rt, 99, 0, q.data(), kv.data(), kv.data(), out.data(), error,
+                          sizeof(error)),
+            ATTNRT_NOT_FOUND);
+  EXPECT_NE(std::string(error).find("99"), std::string::npos) << error;
+  attnrt_destroy(rt);
+}
+
+}  // namespace
+}  // namespace attnrt
