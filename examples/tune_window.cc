@@ -133,6 +133,20 @@ bool Parse(int argc, char** argv, ToolOptions* o) {
   return true;
 }
 
+// One open-loop run at (rate, window, max batch) with the tool's duration and sequences.
+attnrt::StatusOr<attnrt::bench::OpenLoopResult> RunPoint(const ToolOptions& o,
+                                                         attnrt::runtime::Executor* executor,
+                                                         double rate, int window_us,
+                                                         int max_batch) {
+  attnrt::bench::OpenLoopConfig c;
+  c.rate_per_s = rate;
+  c.window = std::chrono::microseconds(window_us);
+  c.max_batch = max_batch;
+  c.duration_s = o.duration_s;
+  c.num_sequences = o.sequences;
+  return attnrt::bench::RunOpenLoop(c, executor);
+}
+
 struct Point {
   double rate;
   int window_us, max_batch;
@@ -227,13 +241,7 @@ int main(int argc, char** argv) {
   for (double rate : o.sweep ? o.rates : std::vector<double>{}) {
     for (int b : o.max_batches) {
       for (int w : o.windows_us) {
-        attnrt::bench::OpenLoopConfig c;
-        c.rate_per_s = rate;
-        c.window = std::chrono::microseconds(w);
-        c.max_batch = b;
-        c.duration_s = o.duration_s;
-        c.num_sequences = o.sequences;
-        auto r = attnrt::bench::RunOpenLoop(c, executor.get());
+        auto r = RunPoint(o, executor.get(), rate, w, b);
         if (!r.ok()) {
           std::fprintf(stderr, "tune_window: rate %.0f window %d batch %d: %s\n", rate, w, b,
                        r.status().ToString().c_str());
@@ -284,17 +292,8 @@ int main(int argc, char** argv) {
     std::printf("\ncriteria at max batch %d, window %d us\n", b, w);
     std::printf("  kernel-only capacity: %.0f req/s (%lld batches of %d, step %.1f us)\n",
                 cap->throughput_per_s, static_cast<long long>(cap->batches), b, cap->step_us);
-    auto run = [&](double rate) {
-      attnrt::bench::OpenLoopConfig c;
-      c.rate_per_s = rate;
-      c.window = std::chrono::microseconds(w);
-      c.max_batch = b;
-      c.duration_s = o.duration_s;
-      c.num_sequences = o.sequences;
-      return attnrt::bench::RunOpenLoop(c, executor.get());
-    };
-    auto saturated = run(1.5 * cap->throughput_per_s);
-    auto loaded = run(0.7 * cap->throughput_per_s);
+    auto saturated = RunPoint(o, executor.get(), 1.5 * cap->throughput_per_s, w, b);
+    auto loaded = RunPoint(o, executor.get(), 0.7 * cap->throughput_per_s, w, b);
     if (!saturated.ok() || !loaded.ok()) {
       std::fprintf(stderr, "tune_window: criteria run: %s\n",
                    (!saturated.ok() ? saturated.status() : loaded.status()).ToString().c_str());
