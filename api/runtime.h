@@ -74,7 +74,9 @@ class Runtime {
 
   // Submits one decode request (see api/request.h). q, k, v are copied before Submit returns. A
   // malformed request is rejected here with a Status naming the field (nothing is enqueued);
-  // every accepted request completes exactly once, with its output or a Status.
+  // every accepted request completes exactly once, with its output or a Status. Requests of one
+  // (sequence, layer) run in submission order when submitted from one thread at one priority;
+  // across threads, submit the next only after the previous completed (scheduler/scheduler.h).
   virtual StatusOr<Submission> Submit(const DecodeRequest& request) = 0;
   // Callback form: `done` runs on a completion thread (never the caller's, never the batcher's).
   virtual StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done) = 0;

@@ -35,9 +35,14 @@
 //   When every in-flight slot is busy nothing dispatches; requests keep joining the next batch.
 //   Requests are taken by strict priority (0 first), FIFO inside a level. A batch never holds two
 //   requests of one (sequence, layer): the later one stays pending for a later batch, so
-//   per-sequence order holds (among requests of one priority level: a later request of higher
-//   priority may overtake; submit a sequence's steps at one level); requests of different layers
-//   share batches freely. The executor pads a batch up to its bucket.
+//   per-sequence order holds; requests of different layers share batches freely. The executor
+//   pads a batch up to its bucket.
+//   Order, precisely: two requests of one (sequence, layer) run in submission order when they
+//   are submitted from one thread (or one Producer) at one priority level. The intake queue is
+//   FIFO per producer, not across producers, so requests of one (sequence, layer) submitted from
+//   different threads are ordered only if the later Submit starts after the earlier request has
+//   completed (as autoregressive decoding does: the next token needs this one's output). A
+//   later request of higher priority may overtake.
 //
 // Queue policy
 //   - max_queue_size bounds the requests admitted but not yet dispatched (in-flight ones do not
