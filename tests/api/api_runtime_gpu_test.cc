@@ -105,6 +105,44 @@ TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
   }
 }
 
+// The documented order guarantee: steps of one (sequence, layer) submitted from one thread
+// without waiting run in submission order, so output i attends exactly tokens 0..prompt+i.
+TEST_P(RuntimeTest, PipelinedStepsFromOneThreadRunInSubmissionOrder) {
+  const ModelShape& s = rt_->shape();
+  const int kSteps = 40, kPrompt = 5;
+  const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
+  NormalRng rng(77);
+  DenseKv mirror;
+  ASSERT_TRUE(rt_->CreateSequence(3).ok());
+  auto pk = Normal(rng, kv * kPrompt), pv = Normal(rng, kv * kPrompt);
+  ASSERT_TRUE(rt_->Prefill(3, 1, kPrompt, pk, pv).ok());
+  mirror.Append(pk, pv);
+  std::vector<std::vector<double>> expected;
+  std::vector<std::future<DecodeResult>> results;
+  for (int i = 0; i < kSteps; ++i) {
+    auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
+    DecodeRequest req;
+    req.sequence_id = 3;
+    req.layer = 1;
+    req.q = q;
+    req.k = k;
+    req.v = v;
+    auto sub = rt_->Submit(req);
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    results.push_back(std::move(sub->result));
+    mirror.Append(k, v);
+    expected.push_back(testing::DenseDecode(s, mirror, q));
+  }
+  for (int i = 0; i < kSteps; ++i) {
+    DecodeResult r = results[i].get();
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    auto err = testing::CompareToReference(r.output, expected[i]);
+    EXPECT_LE(err.max_abs, 2e-3) << "step " << i;
+    EXPECT_LE(err.rel_l2, 1e-3) << "step " << i;
+  }
+  EXPECT_EQ(*rt_->SequenceLength(3, 1), kPrompt + kSteps);
+}
+
 TEST_P(RuntimeTest, RejectsMalformedRequestsNamingTheField) {
   const ModelShape& s = rt_->shape();
   ASSERT_TRUE(rt_->CreateSequence(7).ok());
