@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "api/runtime.h"
+#include "examples/flags.h"
 
 namespace {
 
@@ -38,77 +39,29 @@ struct DemoOptions {
   int max_batch = 32;
 };
 
-void PrintHelp() {
-  std::printf(
+// Parses the flags into *o; returns FlagSet::kContinue or the exit code.
+int ParseArgs(int argc, char** argv, DemoOptions* o) {
+  std::string device = "auto";
+  attnrt::examples::FlagSet flags(
+      "demo",
       "demo: batched paged decode attention through the attnrt runtime, checked against a\n"
-      "dense FP64 reference.\n\n"
-      "  --device auto|cuda|cpu   executor (default auto: CUDA when a GPU is present)\n"
-      "  --threads N              submitting threads (4)\n"
-      "  --sequences N            sequences (32)\n"
-      "  --layers N               layers (2)\n"
-      "  --steps N                decode steps per sequence and layer (8)\n"
-      "  --context N              prompt tokens prefilled per sequence (512)\n"
-      "  --heads N --kv-heads N   query and KV heads (32, 8)\n"
-      "  --head-dim N             64, 128 or 256 (128)\n"
-      "  --block-size N           8, 16, 32 or 64 (16)\n"
-      "  --window-us N            batching window: max queue delay in us (200)\n"
-      "  --max-batch N            max batch size (32)\n"
-      "  --help                   this text\n");
-}
-
-bool ParseArgs(int argc, char** argv, DemoOptions* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      PrintHelp();
-      std::exit(0);
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "demo: %s needs a value (see --help)\n", a.c_str());
-      return false;
-    }
-    std::string v = argv[++i];
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    const bool numeric = end && *end == '\0';
-    auto num = [&](int* field) {
-      if (!numeric || n < 0) {
-        std::fprintf(stderr, "demo: %s = '%s' is not a non-negative integer\n", a.c_str(),
-                     v.c_str());
-        return false;
-      }
-      *field = static_cast<int>(n);
-      return true;
-    };
-    if (a == "--device") {
-      if (v == "auto") o->device = attnrt::DeviceKind::kAuto;
-      else if (v == "cuda") o->device = attnrt::DeviceKind::kCuda;
-      else if (v == "cpu") o->device = attnrt::DeviceKind::kCpu;
-      else {
-        std::fprintf(stderr, "demo: --device = '%s', expected auto, cuda or cpu\n", v.c_str());
-        return false;
-      }
-    } else if (a == "--threads") { if (!num(&o->threads)) return false;
-    } else if (a == "--sequences") { if (!num(&o->sequences)) return false;
-    } else if (a == "--layers") { if (!num(&o->layers)) return false;
-    } else if (a == "--steps") { if (!num(&o->steps)) return false;
-    } else if (a == "--context") { if (!num(&o->context)) return false;
-    } else if (a == "--heads") { if (!num(&o->heads)) return false;
-    } else if (a == "--kv-heads") { if (!num(&o->kv_heads)) return false;
-    } else if (a == "--head-dim") { if (!num(&o->head_dim)) return false;
-    } else if (a == "--block-size") { if (!num(&o->block_size)) return false;
-    } else if (a == "--window-us") { if (!num(&o->window_us)) return false;
-    } else if (a == "--max-batch") { if (!num(&o->max_batch)) return false;
-    } else {
-      std::fprintf(stderr, "demo: unknown option %s (see --help)\n", a.c_str());
-      return false;
-    }
-  }
-  if (o->threads < 1 || o->sequences < 1 || o->steps < 1 || o->context < 1) {
-    std::fprintf(stderr, "demo: --threads, --sequences, --steps and --context must be >= 1\n");
-    return false;
-  }
-  return true;
+      "dense FP64 reference.");
+  flags.Choice("--device", &device, attnrt::examples::DeviceChoices(),
+               "executor (auto: CUDA when a GPU is present)");
+  flags.Int("--threads", &o->threads, "submitting threads", 1, 1024);
+  flags.Int("--sequences", &o->sequences, "sequences", 1, 1 << 20);
+  flags.Int("--layers", &o->layers, "layers", 1, 1024);
+  flags.Int("--steps", &o->steps, "decode steps per sequence and layer", 1, 1 << 20);
+  flags.Int("--context", &o->context, "prompt tokens prefilled per sequence", 1, 1 << 20);
+  flags.Int("--heads", &o->heads, "query heads H", 1, 1024);
+  flags.Int("--kv-heads", &o->kv_heads, "KV heads Hkv (H % Hkv == 0)", 1, 1024);
+  flags.Int("--head-dim", &o->head_dim, "head dim: 64, 128 or 256");
+  flags.Int("--block-size", &o->block_size, "KV block size: 8, 16, 32 or 64");
+  flags.Int("--window-us", &o->window_us, "batching window: max queue delay in us");
+  flags.Int("--max-batch", &o->max_batch, "max batch size", 1, 1 << 16);
+  const int rc = flags.Parse(argc, argv);
+  o->device = attnrt::examples::ToDeviceKind(device);
+  return rc;
 }
 
 std::vector<Half> RandomHalves(std::mt19937& rng, std::size_t n) {
@@ -166,7 +119,9 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   DemoOptions o;
-  if (!ParseArgs(argc, argv, &o)) return 2;
+  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
+    return rc;
+  }
 
   attnrt::RuntimeOptions ro;
   ro.shape.num_layers = o.layers;

@@ -31,6 +31,7 @@
 
 #include "api/half.h"
 #include "api/status.h"
+#include "examples/flags.h"
 #include "examples/tcp_protocol.h"
 
 namespace {
@@ -67,93 +68,47 @@ struct LoadOptions {
   bool shutdown_server = false;
 };
 
-void PrintHelp() {
-  std::printf(
-      "loadgen_tcp: open-loop Poisson decode load for serve_tcp, with optional verification.\n\n"
-      "  --host ADDRESS           server (127.0.0.1); non-loopback needs --allow-remote\n"
-      "  --port N                 server port (required: serve_tcp's banner names it)\n"
-      "  --allow-remote           allow a --host that is not a loopback address\n"
-      "  --connections N          TCP connections; each owns sequences i %% N (2)\n"
-      "  --threads N              io threads (2)\n"
-      "  --sequences N            sequences created for the run (8)\n"
-      "  --context T              prompt tokens prefilled per sequence and layer (64)\n"
-      "  --rate R                 offered decode requests/s, Poisson arrivals (1000)\n"
-      "  --duration S             seconds of arrivals (1)\n"
-      "  --max-requests N         stop sending after N requests (1000000)\n"
-      "  --priority P             priority level of every decode (0)\n"
-      "  --drain-timeout S        wait for outstanding responses after the last send (10)\n"
-      "  --first-sequence ID      first sequence id (default: random, so runs do not collide)\n"
-      "  --seed N                 random seed for q/k/v and arrivals (1)\n"
-      "  --verify                 check every output against a dense FP64 reference (2e-3)\n"
-      "  --check-malformed        first send malformed frames and expect error responses\n"
-      "  --shutdown-server        finally send Shutdown and wait for its acknowledgement\n"
-      "  --help                   this text\n"
-      "With --sequences 0 or --duration 0 no load runs (e.g. only --shutdown-server).\n");
-}
-
-bool ParseArgs(int argc, char** argv, LoadOptions* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      PrintHelp();
-      std::exit(0);
-    }
-    if (a == "--allow-remote") { o->allow_remote = true; continue; }
-    if (a == "--verify") { o->verify = true; continue; }
-    if (a == "--check-malformed") { o->check_malformed = true; continue; }
-    if (a == "--shutdown-server") { o->shutdown_server = true; continue; }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "loadgen_tcp: %s needs a value (see --help)\n", a.c_str());
-      return false;
-    }
-    const std::string v = argv[++i];
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    bool ok = !v.empty() && *end == '\0' && x >= 0 && std::isfinite(x);
-    auto integer = [&](auto* field, double max) {
-      ok = ok && x == std::floor(x) && x <= max;
-      if (ok) *field = static_cast<std::remove_pointer_t<decltype(field)>>(x);
-    };
-    if (a == "--host") { o->host = v; ok = true;
-    } else if (a == "--port") { integer(&o->port, 65535);
-    } else if (a == "--connections") { integer(&o->connections, 4096);
-    } else if (a == "--threads") { integer(&o->threads, 256);
-    } else if (a == "--sequences") { integer(&o->sequences, 1 << 24);
-    } else if (a == "--context") { integer(&o->context, 1 << 24);
-    } else if (a == "--rate") { o->rate = x;
-    } else if (a == "--duration") { o->duration_s = x; ok = ok && x <= 86400;
-    } else if (a == "--max-requests") { integer(&o->max_requests, 1e15);
-    } else if (a == "--priority") { integer(&o->priority, 1 << 30);
-    } else if (a == "--drain-timeout") { o->drain_timeout_s = x; ok = ok && x <= 3600;
-    } else if (a == "--first-sequence") {
-      o->first_sequence = std::strtoull(v.c_str(), &end, 10);
-      ok = !v.empty() && *end == '\0';
-    } else if (a == "--seed") {
-      o->seed = std::strtoull(v.c_str(), &end, 10);
-      ok = !v.empty() && *end == '\0';
-    } else {
-      std::fprintf(stderr, "loadgen_tcp: unknown option %s (see --help)\n", a.c_str());
-      return false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "loadgen_tcp: %s = '%s' is not valid (see --help)\n", a.c_str(),
-                   v.c_str());
-      return false;
-    }
+// Parses the flags into *o; returns FlagSet::kContinue or the exit code.
+int ParseArgs(int argc, char** argv, LoadOptions* o) {
+  attnrt::examples::FlagSet flags(
+      "loadgen_tcp",
+      "loadgen_tcp: open-loop Poisson decode load for serve_tcp, with optional verification.");
+  flags.String("--host", &o->host, "server address; non-loopback needs --allow-remote");
+  flags.Int("--port", &o->port, "server port (required: serve_tcp's banner names it)", 1, 65535);
+  flags.Bool("--allow-remote", &o->allow_remote, "allow a --host that is not a loopback address");
+  flags.Int("--connections", &o->connections, "TCP connections; each owns sequences i % N", 1,
+            4096);
+  flags.Int("--threads", &o->threads, "io threads", 1, 256);
+  flags.Int("--sequences", &o->sequences, "sequences created for the run", 0, 1 << 24);
+  flags.Int("--context", &o->context, "prompt tokens prefilled per sequence and layer", 0,
+            1 << 24);
+  flags.Double("--rate", &o->rate, "offered decode requests/s, Poisson arrivals");
+  flags.Double("--duration", &o->duration_s, "seconds of arrivals", 0, 86400);
+  flags.Int("--max-requests", &o->max_requests, "stop sending after N requests", 0, 1e15);
+  flags.Int("--priority", &o->priority, "priority level of every decode");
+  flags.Double("--drain-timeout", &o->drain_timeout_s,
+               "seconds to wait for outstanding responses after the last send", 0, 3600);
+  flags.Int("--first-sequence", &o->first_sequence,
+            "first sequence id (0: random, so runs do not collide)", 0, 1e18);
+  flags.Int("--seed", &o->seed, "random seed for q/k/v and arrivals", 0, 1e18);
+  flags.Bool("--verify", &o->verify, "check every output against a dense FP64 reference (2e-3)");
+  flags.Bool("--check-malformed", &o->check_malformed,
+             "first send malformed frames and expect error responses");
+  flags.Bool("--shutdown-server", &o->shutdown_server,
+             "finally send Shutdown and wait for its acknowledgement");
+  flags.Footer("With --sequences 0 or --duration 0 no load runs (e.g. only --shutdown-server).");
+  if (const int rc = flags.Parse(argc, argv); rc != attnrt::examples::FlagSet::kContinue) {
+    return rc;
   }
   if (o->port == 0) {
     std::fprintf(stderr, "loadgen_tcp: --port is required (see --help)\n");
-    return false;
-  }
-  if (o->connections < 1 || o->threads < 1) {
-    std::fprintf(stderr, "loadgen_tcp: --connections and --threads must be >= 1\n");
-    return false;
+    return 2;
   }
   if (o->sequences > 0 && o->duration_s > 0 && (o->rate <= 0 || o->context < 1)) {
     std::fprintf(stderr, "loadgen_tcp: --rate and --context must be > 0 for a load run\n");
-    return false;
+    return 2;
   }
-  return true;
+  return attnrt::examples::FlagSet::kContinue;
 }
 
 // Exits the process if the run outlives its bound (see kWatchdogSlackS).
@@ -693,7 +648,9 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   LoadOptions o;
-  if (!ParseArgs(argc, argv, &o)) return 2;
+  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
+    return rc;
+  }
   Watchdog watchdog(o.duration_s + o.drain_timeout_s + kWatchdogSlackS);
   asio::io_context io(o.threads);
 

@@ -41,6 +41,7 @@
 #include <boost/asio.hpp>
 
 #include "api/runtime.h"
+#include "examples/flags.h"
 #include "examples/tcp_protocol.h"
 
 namespace {
@@ -76,89 +77,36 @@ struct ServerOptions {
   int max_seconds = 0;
 };
 
-void PrintHelp() {
-  std::printf(
+// Parses the flags into *o; returns FlagSet::kContinue or the exit code.
+int ParseArgs(int argc, char** argv, ServerOptions* o) {
+  std::string device = "auto";
+  attnrt::examples::FlagSet flags(
+      "serve_tcp",
       "serve_tcp: the attnrt runtime behind a TCP server (Boost.Asio). Protocol: little-endian\n"
       "frames {magic, version, type, request id, payload length} carrying CreateSequence,\n"
       "Prefill, Decode (pipelined; responses by request id, any order), Info and Shutdown;\n"
-      "see examples/tcp_protocol.h. Prints 'serve_tcp: listening on ADDRESS:PORT (DEVICE)'.\n\n"
-      "  --device auto|cuda|cpu   executor (default auto: CUDA when a GPU is present)\n"
-      "  --bind ADDRESS           listen address (127.0.0.1); non-loopback needs --allow-remote\n"
-      "  --port N                 TCP port (0: pick a free one; the banner names it)\n"
-      "  --allow-remote           allow a non-loopback --bind (no authentication: trusted nets)\n"
-      "  --threads N              io threads, one io_context each (2)\n"
-      "  --layers N               layers (2)\n"
-      "  --heads N --kv-heads N   query and KV heads (32, 8)\n"
-      "  --head-dim N             64, 128 or 256 (128)\n"
-      "  --block-size N           8, 16, 32 or 64 (16)\n"
-      "  --max-context N          longest sequence in tokens (4096)\n"
-      "  --window-us N            batching window: max queue delay in us (100)\n"
-      "  --max-batch N            max batch size (64)\n"
-      "  --kv-cache-mb N          KV cache size in MiB (0: runtime default)\n"
-      "  --max-seconds N          exit after N seconds (0: run until Shutdown, SIGINT, SIGTERM)\n"
-      "  --help                   this text\n");
-}
-
-bool ParseArgs(int argc, char** argv, ServerOptions* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      PrintHelp();
-      std::exit(0);
-    }
-    if (a == "--allow-remote") {
-      o->allow_remote = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "serve_tcp: %s needs a value (see --help)\n", a.c_str());
-      return false;
-    }
-    const std::string v = argv[++i];
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    const bool numeric = !v.empty() && end && *end == '\0';
-    auto num = [&](int* field, long max = 1L << 30) {
-      if (!numeric || n < 0 || n > max) {
-        std::fprintf(stderr, "serve_tcp: %s = '%s' is not an integer in [0, %ld]\n", a.c_str(),
-                     v.c_str(), max);
-        return false;
-      }
-      *field = static_cast<int>(n);
-      return true;
-    };
-    if (a == "--device") {
-      if (v == "auto") o->device = attnrt::DeviceKind::kAuto;
-      else if (v == "cuda") o->device = attnrt::DeviceKind::kCuda;
-      else if (v == "cpu") o->device = attnrt::DeviceKind::kCpu;
-      else {
-        std::fprintf(stderr, "serve_tcp: --device = '%s', expected auto, cuda or cpu\n",
-                     v.c_str());
-        return false;
-      }
-    } else if (a == "--bind") { o->bind = v;
-    } else if (a == "--port") { if (!num(&o->port, 65535)) return false;
-    } else if (a == "--threads") { if (!num(&o->threads, 256)) return false;
-    } else if (a == "--layers") { if (!num(&o->layers)) return false;
-    } else if (a == "--heads") { if (!num(&o->heads)) return false;
-    } else if (a == "--kv-heads") { if (!num(&o->kv_heads)) return false;
-    } else if (a == "--head-dim") { if (!num(&o->head_dim)) return false;
-    } else if (a == "--block-size") { if (!num(&o->block_size)) return false;
-    } else if (a == "--max-context") { if (!num(&o->max_context)) return false;
-    } else if (a == "--window-us") { if (!num(&o->window_us)) return false;
-    } else if (a == "--max-batch") { if (!num(&o->max_batch)) return false;
-    } else if (a == "--kv-cache-mb") { if (!num(&o->kv_cache_mb, 1L << 24)) return false;
-    } else if (a == "--max-seconds") { if (!num(&o->max_seconds)) return false;
-    } else {
-      std::fprintf(stderr, "serve_tcp: unknown option %s (see --help)\n", a.c_str());
-      return false;
-    }
-  }
-  if (o->threads < 1) {
-    std::fprintf(stderr, "serve_tcp: --threads = %d, expected >= 1\n", o->threads);
-    return false;
-  }
-  return true;
+      "see examples/tcp_protocol.h. Prints 'serve_tcp: listening on ADDRESS:PORT (DEVICE)'.");
+  flags.Choice("--device", &device, attnrt::examples::DeviceChoices(),
+               "executor (auto: CUDA when a GPU is present)");
+  flags.String("--bind", &o->bind, "address to listen on; non-loopback needs --allow-remote");
+  flags.Int("--port", &o->port, "port; 0 picks a free one (printed in the banner)", 0, 65535);
+  flags.Bool("--allow-remote", &o->allow_remote, "allow a non-loopback --bind (no authentication: trusted nets)");
+  flags.Int("--threads", &o->threads, "io threads (each runs its own connections)", 1, 256);
+  flags.Int("--layers", &o->layers, "layers", 1, 1024);
+  flags.Int("--heads", &o->heads, "query heads H", 1, 1024);
+  flags.Int("--kv-heads", &o->kv_heads, "KV heads Hkv", 1, 1024);
+  flags.Int("--head-dim", &o->head_dim, "64, 128 or 256");
+  flags.Int("--block-size", &o->block_size, "8, 16, 32 or 64");
+  flags.Int("--max-context", &o->max_context, "longest sequence in tokens", 1, 1 << 24);
+  flags.Int("--window-us", &o->window_us, "batching window: max queue delay in us");
+  flags.Int("--max-batch", &o->max_batch, "max batch size", 1, 1 << 16);
+  flags.Int("--kv-cache-mb", &o->kv_cache_mb, "KV cache size in MiB (0: runtime default)", 0,
+            1 << 24);
+  flags.Int("--max-seconds", &o->max_seconds,
+            "exit after N seconds (0: run until Shutdown, SIGINT, SIGTERM)");
+  const int rc = flags.Parse(argc, argv);
+  o->device = attnrt::examples::ToDeviceKind(device);
+  return rc;
 }
 
 class Session;
@@ -505,7 +453,9 @@ void Accept(tcp::acceptor* acceptor, std::vector<std::unique_ptr<asio::io_contex
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the banner must reach a pipe or file at once
   ServerOptions o;
-  if (!ParseArgs(argc, argv, &o)) return 2;
+  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
+    return rc;
+  }
 
   boost::system::error_code ec;
   const asio::ip::address address = asio::ip::make_address(o.bind, ec);

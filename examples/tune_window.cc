@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/open_loop.h"
+#include "examples/flags.h"
 #include "kernels/cuda_check.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
@@ -40,97 +41,34 @@ struct ToolOptions {
   bool sweep = true;
 };
 
-void PrintHelp() {
-  std::printf(
-      "tune_window: sweep the batching window under open-loop load and recommend a setting.\n\n"
-      "  --device auto|cuda|cpu      executor (auto: CUDA when a GPU is present)\n"
-      "  --rates R1,R2,...           offered loads in requests/s (2000,10000,50000)\n"
-      "  --windows-us W1,W2,...      max_queue_delay values in us (0,50,200,1000)\n"
-      "  --max-batches B1,B2,...     max_batch_size values (8,32,128)\n"
-      "  --duration S                seconds of arrivals per point (0.5)\n"
-      "  --p99-slo-us X              latency objective for the recommendation (2000)\n"
-      "  --heads N --kv-heads N --head-dim N --block-size N   shape (32, 8, 128, 16)\n"
-      "  --context T                 prompt tokens prefilled per sequence (512)\n"
-      "  --sequences N               sequences the load cycles through (1024)\n"
-      "  --json FILE                 also write every point as JSON\n"
-      "  --criteria B                also check, at max batch B: the executor's kernel-only\n"
-      "                              capacity (full batches back to back), the scheduler's\n"
-      "                              throughput at saturation (>= 0.9x capacity), and p99 at\n"
-      "                              70%% of capacity (<= window + 2 x step time)\n"
-      "  --criteria-window-us W      window for the criteria runs (200)\n"
-      "  --no-sweep                  skip the sweep (criteria only)\n"
-      "  --help                      this text\n");
-}
-
-template <typename T>
-bool ParseList(const std::string& s, std::vector<T>* out) {
-  out->clear();
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || v < 0) return false;
-    out->push_back(static_cast<T>(v));
-  }
-  return !out->empty();
-}
-
-bool Parse(int argc, char** argv, ToolOptions* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      PrintHelp();
-      std::exit(0);
-    }
-    if (a == "--no-sweep") {
-      o->sweep = false;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "tune_window: %s needs a value (see --help)\n", a.c_str());
-      return false;
-    }
-    const std::string v = argv[++i];
-    bool ok = true;
-    auto num = [&](auto* field) {
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      ok = *end == '\0' && x > 0;
-      *field = static_cast<std::remove_pointer_t<decltype(field)>>(x);
-    };
-    if (a == "--device") {
-      o->device = v;
-      ok = v == "auto" || v == "cuda" || v == "cpu";
-    } else if (a == "--rates") { ok = ParseList(v, &o->rates);
-    } else if (a == "--windows-us") { ok = ParseList(v, &o->windows_us);
-    } else if (a == "--max-batches") { ok = ParseList(v, &o->max_batches);
-    } else if (a == "--duration") { num(&o->duration_s);
-    } else if (a == "--p99-slo-us") { num(&o->p99_slo_us);
-    } else if (a == "--heads") { num(&o->heads);
-    } else if (a == "--kv-heads") { num(&o->kv_heads);
-    } else if (a == "--head-dim") { num(&o->head_dim);
-    } else if (a == "--block-size") { num(&o->block_size);
-    } else if (a == "--context") { num(&o->context);
-    } else if (a == "--sequences") { num(&o->sequences);
-    } else if (a == "--json") { o->json = v;
-    } else if (a == "--criteria") { num(&o->criteria_batch);
-    } else if (a == "--criteria-window-us") {
-      char* end = nullptr;
-      const long w = std::strtol(v.c_str(), &end, 10);
-      ok = *end == '\0' && w >= 0;
-      o->criteria_window_us = static_cast<int>(w);
-    } else {
-      std::fprintf(stderr, "tune_window: unknown option %s (see --help)\n", a.c_str());
-      return false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "tune_window: %s = '%s' is not valid (see --help)\n", a.c_str(),
-                   v.c_str());
-      return false;
-    }
-  }
-  return true;
+// Parses the flags into *o; returns FlagSet::kContinue or the exit code.
+int Parse(int argc, char** argv, ToolOptions* o) {
+  attnrt::examples::FlagSet flags(
+      "tune_window", "tune_window: sweep the batching window under open-loop load and recommend a setting.");
+  flags.Choice("--device", &o->device, attnrt::examples::DeviceChoices(),
+               "executor (auto: CUDA when a GPU is present)");
+  flags.List("--rates", &o->rates, "offered loads in requests/s");
+  flags.List("--windows-us", &o->windows_us, "max_queue_delay values in us");
+  flags.List("--max-batches", &o->max_batches, "max_batch_size values");
+  flags.Double("--duration", &o->duration_s, "seconds of arrivals per point", 0.001, 3600);
+  flags.Double("--p99-slo-us", &o->p99_slo_us, "latency objective for the recommendation");
+  flags.Int("--heads", &o->heads, "query heads H", 1, 1024);
+  flags.Int("--kv-heads", &o->kv_heads, "KV heads Hkv", 1, 1024);
+  flags.Int("--head-dim", &o->head_dim, "head dim: 64, 128 or 256");
+  flags.Int("--block-size", &o->block_size, "KV block size: 8, 16, 32 or 64");
+  flags.Int("--context", &o->context, "prompt tokens prefilled per sequence", 1, 1 << 20);
+  flags.Int("--sequences", &o->sequences, "sequences the load cycles through", 1, 1 << 20);
+  flags.String("--json", &o->json, "also write every point as JSON to this file");
+  flags.Int("--criteria", &o->criteria_batch,
+            "also check at max batch B: kernel-only capacity, throughput at saturation "
+            "(>= 0.9x), p99 at 70% load (<= window + 2 x step); 0 = off",
+            0, 1 << 16);
+  flags.Int("--criteria-window-us", &o->criteria_window_us, "window for the criteria runs");
+  bool no_sweep = false;
+  flags.Bool("--no-sweep", &no_sweep, "skip the sweep (criteria only)");
+  const int rc = flags.Parse(argc, argv);
+  o->sweep = !no_sweep;
+  return rc;
 }
 
 // One open-loop run at (rate, window, max batch) with the tool's duration and sequences.
@@ -157,7 +95,7 @@ struct Point {
 
 int main(int argc, char** argv) {
   ToolOptions o;
-  if (!Parse(argc, argv, &o)) return 2;
+  if (const int rc = Parse(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) return rc;
 
   int max_batch = 0;
   for (int b : o.max_batches) max_batch = std::max(max_batch, b);
