@@ -4,6 +4,7 @@
 # the CPU executor, checks every output against the CPU reference and prints a short report.
 # Extra arguments go to the demo (see: build/examples/demo --help).
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build} ./scripts/build.sh

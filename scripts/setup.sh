@@ -2,6 +2,7 @@
 # Installs attnrt's build dependencies from the distro when missing (idempotent; Debian/Ubuntu).
 # The CUDA toolkit (nvcc, cuBLAS) is expected at /usr/local/cuda or on PATH.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 pkgs=(cmake ninja-build g++ libspdlog-dev libboost-dev libconcurrentqueue-dev libgtest-dev
       libgmock-dev libbenchmark-dev python3)
 missing=()

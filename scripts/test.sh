@@ -2,6 +2,7 @@
 # Sets up (apt, when missing), builds attnrt and runs every test with ctest. On a machine without
 # a GPU, GPU tests are reported as skipped with their reason. Extra arguments go to ctest.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build} ./scripts/build.sh
