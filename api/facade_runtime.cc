@@ -10,6 +10,7 @@
 
 #include "api/runtime.h"
 #include "kernels/cuda_check.h"
+#include "kernels/decode.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cuda_executor.h"
@@ -150,6 +151,15 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
     return InvalidArgumentError("RuntimeOptions.kv_cache_fraction = " +
                                 std::to_string(options.kv_cache_fraction) +
                                 ", expected in (0, 1]");
+  }
+  // Checked on every device, so a misspelt path fails the same way with or without a GPU (the
+  // CPU executor always runs the reference).
+  if (!options.decode_variant.empty() && options.decode_variant != runtime::kGemmPathName) {
+    auto variant = kernels::FindDecodeVariant(options.decode_variant);
+    if (!variant.ok()) {
+      return InvalidArgumentError("RuntimeOptions.decode_variant = '" + options.decode_variant +
+                                  "': " + variant.status().message() + " (or \"gemm\")");
+    }
   }
   const bool use_cuda = options.device == DeviceKind::kCuda ||
                         (options.device == DeviceKind::kAuto && CudaDeviceAvailable());
