@@ -18,6 +18,7 @@
 #include "api/config.h"
 #include "api/half.h"
 #include "runtime/executor.h"
+#include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
 
 namespace attnrt::runtime::testing {
@@ -82,55 +83,21 @@ class ShadowCache {
     for (int l = 0; l < shape_.num_layers; ++l) hist_.erase({id, l});
   }
   void Append(SequenceId id, int layer, const std::vector<Half>& k, const std::vector<Half>& v) {
-    History& h = hist_[{id, layer}];
-    h.k.insert(h.k.end(), k.begin(), k.end());
-    h.v.insert(h.v.end(), v.begin(), v.end());
+    hist_[{id, layer}].Append(k, v);
   }
   int Length(SequenceId id, int layer) const {
     return static_cast<int>(hist_.at({id, layer}).k.size() / shape_.kv_token_elems());
   }
 
-  // Appends the request's token and computes its expected output (dense attention, FP64).
+  // Appends the request's token and computes its expected output and LSE (dense FP64).
   void Expect(OwnedRequest& r) {
     Append(r.id, r.layer, r.k, r.v);
-    const History& hist = hist_.at({r.id, r.layer});
-    const int d = shape_.head_dim, h_q = shape_.num_q_heads, g = shape_.group_size();
-    const std::int64_t tok = shape_.kv_token_elems();
-    const int len = Length(r.id, r.layer);
-    r.expected_out.assign(static_cast<std::size_t>(h_q) * d, 0.0);
-    r.expected_lse.assign(h_q, 0.0);
-    std::vector<double> s(len);
-    for (int h = 0; h < h_q; ++h) {
-      const int kvh = h / g;
-      double m = -INFINITY;
-      for (int t = 0; t < len; ++t) {
-        double dot = 0;
-        for (int j = 0; j < d; ++j) {
-          dot += static_cast<double>(HalfToFloat(r.q[h * d + j])) *
-                 HalfToFloat(hist.k[t * tok + kvh * d + j]);
-        }
-        s[t] = dot * shape_.scale();
-        m = std::max(m, s[t]);
-      }
-      double sum = 0;
-      for (int t = 0; t < len; ++t) {
-        const double p = std::exp(s[t] - m);
-        sum += p;
-        for (int j = 0; j < d; ++j) {
-          r.expected_out[h * d + j] += p * HalfToFloat(hist.v[t * tok + kvh * d + j]);
-        }
-      }
-      for (int j = 0; j < d; ++j) r.expected_out[h * d + j] /= sum;
-      r.expected_lse[h] = m + std::log(sum);
-    }
+    r.expected_out = ::attnrt::testing::DenseDecode(shape_, hist_.at({r.id, r.layer}), r.q, &r.expected_lse);
   }
 
  private:
-  struct History {
-    std::vector<Half> k, v;  // [t][Hkv][D]
-  };
   ModelShape shape_;
-  std::map<std::pair<SequenceId, int>, History> hist_;
+  std::map<std::pair<SequenceId, int>, ::attnrt::testing::DenseKv> hist_;  // [t][Hkv][D] per (seq, layer)
 };
 
 // max |out - expected| <= 2e-3 and relative L2 <= 1e-3 (the kernel tolerance); LSE within 2e-3.

@@ -21,12 +21,14 @@ struct DenseKv {
   }
 };
 
-// out[H][D] in FP64 for query q[H][D].
+// out[H][D] in FP64 for query q[H][D]; the natural-log LSE of the scaled scores per head goes
+// to *lse when given.
 inline std::vector<double> DenseDecode(const ModelShape& s, const DenseKv& kv,
-                                       std::span<const Half> q) {
+                                       std::span<const Half> q, std::vector<double>* lse = nullptr) {
   const int d = s.head_dim, hkv = s.num_kv_heads, g = s.group_size();
   const std::size_t tokens = kv.k.size() / (static_cast<std::size_t>(hkv) * d);
   std::vector<double> out(static_cast<std::size_t>(s.num_q_heads) * d, 0.0), p(tokens);
+  if (lse) lse->assign(s.num_q_heads, 0.0);
   for (int h = 0; h < s.num_q_heads; ++h) {
     const int kvh = h / g;
     double mx = -INFINITY;
@@ -41,8 +43,10 @@ inline std::vector<double> DenseDecode(const ModelShape& s, const DenseKv& kv,
     double sum = 0.0;
     for (double& x : p) sum += (x = std::exp(x - mx));
     for (std::size_t t = 0; t < tokens; ++t) {
-      for (int i = 0; i < d; ++i) out[h * d + i] += p[t] / sum * kv.v[(t * hkv + kvh) * d + i];
+      for (int i = 0; i < d; ++i) out[h * d + i] += p[t] * kv.v[(t * hkv + kvh) * d + i];
     }
+    for (int i = 0; i < d; ++i) out[h * d + i] /= sum;
+    if (lse) (*lse)[h] = mx + std::log(sum);
   }
   return out;
 }
