@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu_bench_util.h"
 #include "kernels/cuda_check.h"
 #include "kernels/decode.h"
 #include "tests/support/device_paged_batch.h"
@@ -47,42 +48,9 @@ using testing::DeviceArray;
 constexpr std::size_t kRotationBytes = 256ull << 20;  // > 5x the H100's 50 MB L2
 constexpr int kMinSteps = 20;
 
-// Fills with an approximately N(0,1) FP16 value per element (Irwin-Hall of 4 hashed uniforms):
-// real-looking data without a 2 GB host upload.
-__global__ void FillRandomHalf(__half* p, std::size_t n, std::uint32_t seed) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed ^ static_cast<std::uint32_t>(i >> 32);
-    float s = 0.0f;
-    for (int k = 0; k < 4; ++k) {
-      h ^= h >> 16;
-      h *= 0x7feb352du;
-      h ^= h >> 15;
-      h *= 0x846ca68bu;
-      h ^= h >> 16;
-      s += static_cast<float>(h) * (1.0f / 4294967296.0f);
-    }
-    p[i] = __float2half((s - 2.0f) * 1.7320508f);  // var of the sum is 4/12
-  }
-}
-
 void FillRandom(Half* p, std::size_t n, std::uint32_t seed) {
   if (n == 0) return;
-  FillRandomHalf<<<1024, 256>>>(reinterpret_cast<__half*>(p), n, seed);
-  BENCH_CUDA(cudaGetLastError());
-}
-
-// Read ceiling: every byte of a large buffer read once with 16-byte loads, 4 in flight per thread.
-__global__ void ReadReduce(const uint4* __restrict__ p, std::size_t n, unsigned* out) {
-  unsigned acc = 0;
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-  }
-  for (; i < n; i += stride) acc ^= p[i].x ^ p[i].y ^ p[i].z ^ p[i].w;
-  if (acc == 0x12345678u) out[0] = acc;  // keeps the loads alive; practically never stores
+  bench::FillNormal(reinterpret_cast<__half*>(p), static_cast<std::int64_t>(n), seed, nullptr);
 }
 
 struct Ceilings {
@@ -90,47 +58,10 @@ struct Ceilings {
   double copy_tbps = 0.0;  // D2D cudaMemcpy, bytes read + written (for reference)
 };
 
+// Measured once per process, before any case, so every ratio uses the same ceilings.
 const Ceilings& MeasureCeilings() {
-  static Ceilings c = [] {
-    Ceilings r;
-    const std::size_t bytes = 4ull << 30;
-    DeviceArray<uint4> buf;
-    DeviceArray<unsigned> out;
-    BENCH_OK(buf.Allocate(bytes / 16));
-    BENCH_OK(out.Allocate(1));
-    BENCH_CUDA(cudaMemset(buf.get(), 1, bytes));
-    int sms = 0;
-    BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    cudaEvent_t a, b;
-    BENCH_CUDA(cudaEventCreate(&a));
-    BENCH_CUDA(cudaEventCreate(&b));
-    float best = 1e30f;
-    for (int it = 0; it < 11; ++it) {
-      BENCH_CUDA(cudaEventRecord(a));
-      ReadReduce<<<sms * 8, 512>>>(buf.get(), bytes / 16, out.get());
-      BENCH_CUDA(cudaEventRecord(b));
-      BENCH_CUDA(cudaEventSynchronize(b));
-      float ms;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-      if (it > 0) best = std::min(best, ms);
-    }
-    r.read_tbps = bytes / (best * 1e-3) / 1e12;
-    best = 1e30f;
-    char* base = reinterpret_cast<char*>(buf.get());
-    for (int it = 0; it < 11; ++it) {
-      BENCH_CUDA(cudaEventRecord(a));
-      BENCH_CUDA(cudaMemcpyAsync(base, base + bytes / 2, bytes / 2, cudaMemcpyDeviceToDevice));
-      BENCH_CUDA(cudaEventRecord(b));
-      BENCH_CUDA(cudaEventSynchronize(b));
-      float ms;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-      if (it > 0) best = std::min(best, ms);
-    }
-    r.copy_tbps = bytes / (best * 1e-3) / 1e12;  // bytes/2 read + bytes/2 written
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return r;
-  }();
+  static const Ceilings c{bench::MeasureReadBandwidth() / 1e12,
+                          bench::MeasureCopyBandwidth(nullptr) / 1e12};
   return c;
 }
 

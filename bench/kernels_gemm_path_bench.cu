@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/kernels_gemm_bench_util.h"
+#include "bench/gpu_bench_util.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_baselines.h"
 #include "kernels/gemm_path.h"

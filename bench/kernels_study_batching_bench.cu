@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/kernels_gemm_bench_util.h"
+#include "bench/gpu_bench_util.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
 #include "kernels/gemm_path.h"

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "api/config.h"
@@ -65,8 +67,43 @@ inline SlotSplit SplitSlot(int kv_length, const SplitKvPlan& plan) {
   const int tiles_per_split = (tiles + splits - 1) / splits;
   return {(tiles + tiles_per_split - 1) / tiles_per_split, tiles_per_split};
 }
-// The plan for a (shape, capacity): fixed for the life of the process (the device's SM count and
-// the kernel's occupancy enter it), so a graph captured once stays valid.
+
+// The launch configuration of a split-KV kernel: what study 4 (bench/kernels_launch_sweep_bench)
+// sweeps and kernels/tc_launch_table.inc records per (head dim, group, work).
+struct SplitKvLaunchConfig {
+  // Warps per CTA of the tensor-core family: 2, 4 or 8 (not 8 at D = 256); its KV tile is
+  // 16 * warps tokens. The SIMT family has one fixed CTA shape and ignores this.
+  int warps = 4;
+  // Splitting: with W = capacity * num_kv_heads work items, each (slot, kv head) gets up to
+  // sms * ctas_per_sm / W splits (at least 1). 0 = the occupancy rule: fill one wave of resident
+  // CTAs when W < sms, else do not split.
+  int ctas_per_sm = 0;
+  int min_split_tokens = 256;  // a context is split only into pieces at least this long
+};
+// "warps=4 ctas_per_sm=0 min_split_tokens=256" (logs, reports, test names).
+std::string ToString(const SplitKvLaunchConfig& config);
+// InvalidArgument naming the field when a configuration is outside what the kernels support.
+Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim);
+
+// One row of the tuned table: the configuration for a (head_dim, group) at work items
+// (capacity * num_kv_heads) >= min_work, up to the next row's min_work.
+struct TunedLaunchRow {
+  int head_dim;
+  int group;
+  int min_work;
+  SplitKvLaunchConfig config;
+};
+// The rows compiled in from kernels/tc_launch_table.inc (sorted by head_dim, group, min_work).
+std::span<const TunedLaunchRow> TunedLaunchTable();
+// What dispatch uses: the tensor-core family's row for (shape, capacity) from the tuned table, or
+// the default configuration where the table has none; always the default for the SIMT family.
+SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity);
+
+// The plan for a (shape, capacity, configuration): fixed for the life of the process (the device's
+// SM count and the kernel's occupancy enter it), so a graph captured once stays valid.
+SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family,
+                            const SplitKvLaunchConfig& config);
+// ... with the tuned configuration (what the decode variants launch).
 SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity,
                             SplitKvFamily family = SplitKvFamily::kTensorCore);
 
@@ -95,7 +132,7 @@ struct SplitKvParams {
   int fuse_append;     // 1: the kernel also appends k_new/v_new (tensor-core family only)
 };
 
-// One decode kernel of a family for a (D, G): its entry point and launch geometry.
+// One decode kernel of a family: its entry point and launch geometry (fn null if not built).
 struct SplitKvKernel {
   const void* fn = nullptr;  // __global__ void (SplitKvParams)
   int threads = 128;
@@ -104,14 +141,17 @@ struct SplitKvKernel {
 };
 // Defined by each family's file.
 SplitKvKernel SimtKernelFor(int head_dim, int group);
-SplitKvKernel TcKernelFor(int head_dim, int group);
+SplitKvKernel TcKernelFor(int head_dim, int warps);
 
 // Validates, plans, launches the decode kernel and (when any slot can split) the merge kernel,
 // both with programmatic dependent launch so each one's launch overlaps its predecessor.
 // With fuse_append (tensor-core family), the decode kernel also performs the append.
-Status LaunchSplitKv(SplitKvFamily family, std::string_view name, const ModelShape& shape,
+Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
+                     const SplitKvLaunchConfig& config, const ModelShape& shape,
                      const DecodeBatchView& batch, const KvPoolView& pools,
                      DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append = false);
-std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const ModelShape& shape, int capacity);
+// Workspace for `capacity` slots under `config` (0 for an unsupported shape or configuration).
+std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const SplitKvLaunchConfig& config,
+                                  const ModelShape& shape, int capacity);
 
 }  // namespace attnrt::kernels

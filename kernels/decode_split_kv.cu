@@ -16,15 +16,15 @@
 namespace attnrt::kernels {
 namespace {
 
-constexpr int kTcThreads = 128;
-constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kWarpTokens = 16;  // tokens per warp tile: one mma k-step of p·V
 constexpr int kTcStages = 3;
 constexpr int kMaxHeadsPerKv = 8;  // the N side of O^T = V^T P^T
+constexpr int kMaxTcSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may have on sm_90
 
-template <int kHeadDim>
+// Shared memory of a CTA of kWarps warps: each warp's K and V rings.
+template <int kHeadDim, int kWarps>
 constexpr int TcSmemBytes() {
-  return kTcWarps * kTcStages * 2 * kWarpTokens * kHeadDim * static_cast<int>(sizeof(Half));
+  return kWarps * kTcStages * 2 * kWarpTokens * kHeadDim * static_cast<int>(sizeof(Half));
 }
 
 __device__ __forceinline__ void LdMatrixX4(const void* smem, std::uint32_t (&r)[4]) {
@@ -56,14 +56,16 @@ __device__ __forceinline__ int SwizzledOffset(int r, int c) {
   return r * kHeadDim + ((c ^ (r & 7)) << 3);
 }
 
-template <int kHeadDim>
-__global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams p) {
+// kWarps warps per CTA (the launch configuration study 4 sweeps): the CTA consumes
+// 16 * kWarps tokens per pipeline step.
+template <int kHeadDim, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParams p) {
   constexpr int kChunks = kHeadDim / 8;                      // 16-byte chunks per row
   constexpr int kCopies = kWarpTokens * kChunks / 32;        // per lane per tile, K (and V)
   constexpr int kKSteps = kHeadDim / 16;                     // q·K^T k-steps
   constexpr int kMTiles = kHeadDim / 16;                     // O^T m-tiles
   constexpr int kTileHalves = kWarpTokens * kHeadDim;
-  constexpr int kCtaTokens = kTcWarps * kWarpTokens;
+  constexpr int kCtaTokens = kWarps * kWarpTokens;
   extern __shared__ uint4 tc_smem[];
 
   WaitForPrerequisiteGrids();  // lengths, tables, q and the appended K/V come from earlier work
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams
   const int lane = threadIdx.x % 32;
   const int g = lane >> 2;  // mma group: a row of A / a column of B
   const int t = lane & 3;   // thread in group
-  const int my_tiles = warp < num_warp_tiles ? (num_warp_tiles - warp + kTcWarps - 1) / kTcWarps : 0;
+  const int my_tiles = warp < num_warp_tiles ? (num_warp_tiles - warp + kWarps - 1) / kWarps : 0;
   const int bs_mask = (1 << p.log2_block_size) - 1;
   const std::int64_t head_off =
       layer * p.layer_stride + static_cast<std::int64_t>(kv_head) * (bs_mask + 1) * kHeadDim;
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams
   Half* ring = reinterpret_cast<Half*>(tc_smem) + warp * kTcStages * 2 * kTileHalves;
 
   // Lane j < 16 holds the block id of token j of the next tile to issue (fetched a tile ahead).
-  auto tile_begin = [&](int j) { return begin + (warp + j * kTcWarps) * kWarpTokens; };
+  auto tile_begin = [&](int j) { return begin + (warp + j * kWarps) * kWarpTokens; };
   auto load_block = [&](int j) {
     const int tok = tile_begin(j) + lane;
     return (j < my_tiles && lane < kWarpTokens && tok < end)
@@ -236,12 +238,12 @@ __global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
   // Merge the warps through shared memory (the rings, now idle).
-  static_assert(sizeof(float) * kTcWarps * kMaxHeadsPerKv * (kHeadDim + 2) <=
-                    static_cast<std::size_t>(TcSmemBytes<kHeadDim>()),
+  static_assert(sizeof(float) * kWarps * kMaxHeadsPerKv * (kHeadDim + 2) <=
+                    static_cast<std::size_t>(TcSmemBytes<kHeadDim, kWarps>()),
                 "reduction scratch must fit in the rings");
   __syncthreads();
   float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][D]
-  float* red_ml = red_o + kTcWarps * kMaxHeadsPerKv * kHeadDim;     // [warp][head][2]
+  float* red_ml = red_o + kWarps * kMaxHeadsPerKv * kHeadDim;     // [warp][head][2]
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     const int d = mt * 16 + g;
@@ -257,15 +259,15 @@ __global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams
     red_ml[(warp * kMaxHeadsPerKv + g) * 2 + 1] = l;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < p.group * kHeadDim; idx += kTcThreads) {
+  for (int idx = threadIdx.x; idx < p.group * kHeadDim; idx += (kWarps * 32)) {
     const int h = idx / kHeadDim;
     const int d = idx % kHeadDim;
     float mxw = kNoScore;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) mxw = fmaxf(mxw, red_ml[(w * kMaxHeadsPerKv + h) * 2]);
+    for (int w = 0; w < kWarps; ++w) mxw = fmaxf(mxw, red_ml[(w * kMaxHeadsPerKv + h) * 2]);
     float sum = 0.0f, acc = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kTcWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float scale = exp2f(red_ml[(w * kMaxHeadsPerKv + h) * 2] - mxw);
       sum += red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1] * scale;
       acc += red_o[(w * kMaxHeadsPerKv + h) * kHeadDim + d] * scale;
@@ -282,34 +284,52 @@ __global__ void __launch_bounds__(kTcThreads) TcDecodeKernel(const SplitKvParams
   }
 }
 
-template <int kHeadDim>
-SplitKvKernel TcKernelForDim() {
+template <int kHeadDim, int kWarps>
+SplitKvKernel TcKernelForConfig() {
   SplitKvKernel k;
-  k.fn = reinterpret_cast<const void*>(TcDecodeKernel<kHeadDim>);
-  k.threads = kTcThreads;
-  k.smem_bytes = TcSmemBytes<kHeadDim>();
-  k.tile_tokens = kTcWarps * kWarpTokens;
+  k.fn = reinterpret_cast<const void*>(TcDecodeKernel<kHeadDim, kWarps>);
+  k.threads = kWarps * 32;
+  k.smem_bytes = TcSmemBytes<kHeadDim, kWarps>();
+  k.tile_tokens = kWarps * kWarpTokens;
   return k;
+}
+
+template <int kHeadDim>
+SplitKvKernel TcKernelForDim(int warps) {
+  switch (warps) {
+    case 2: return TcKernelForConfig<kHeadDim, 2>();
+    case 4: return TcKernelForConfig<kHeadDim, 4>();
+    case 8:
+      // 8 warps of D = 256 would need 384 KB of rings: more than an SM has.
+      if constexpr (TcSmemBytes<kHeadDim, 8>() <= kMaxTcSmemBytes) {
+        return TcKernelForConfig<kHeadDim, 8>();
+      }
+      return {};
+    default: return {};
+  }
 }
 
 }  // namespace
 
-SplitKvKernel TcKernelFor(int head_dim, int /*group: runtime in this family*/) {
+SplitKvKernel TcKernelFor(int head_dim, int warps) {
   switch (head_dim) {
-    case 64: return TcKernelForDim<64>();
-    case 128: return TcKernelForDim<128>();
-    default: return TcKernelForDim<256>();
+    case 64: return TcKernelForDim<64>(warps);
+    case 128: return TcKernelForDim<128>(warps);
+    case 256: return TcKernelForDim<256>(warps);
+    default: return {};
   }
 }
 
 Status SplitKvTcSupports(const ModelShape& shape) { return CheckKernelShape(shape, "split_kv"); }
 std::size_t SplitKvTcWorkspaceBytes(const ModelShape& shape, int capacity) {
-  return SplitKvWorkspaceBytes(SplitKvFamily::kTensorCore, shape, capacity);
+  return SplitKvWorkspaceBytes(SplitKvFamily::kTensorCore, TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, capacity), shape,
+                               capacity);
 }
 Status SplitKvTcLaunch(const ModelShape& shape, const DecodeBatchView& batch,
                        const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream) {
-  return LaunchSplitKv(SplitKvFamily::kTensorCore, "split_kv", shape, batch, pools, workspace,
-                       stream);
+  return LaunchSplitKv(SplitKvFamily::kTensorCore, "split_kv",
+                       TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, batch.capacity), shape, batch,
+                       pools, workspace, stream);
 }
 
 }  // namespace attnrt::kernels

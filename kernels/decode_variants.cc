@@ -38,8 +38,9 @@ Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& sha
                              const DecodeBatchView& batch, const KvPoolView& pools,
                              DecodeWorkspace workspace, cudaStream_t stream) {
   if (variant.launch == SplitKvTcLaunch) {
-    return LaunchSplitKv(SplitKvFamily::kTensorCore, variant.name, shape, batch, pools, workspace,
-                         stream, /*fuse_append=*/true);
+    return LaunchSplitKv(SplitKvFamily::kTensorCore, variant.name,
+                         TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, batch.capacity),
+                         shape, batch, pools, workspace, stream, /*fuse_append=*/true);
   }
   ATTNRT_RETURN_IF_ERROR(variant.supports(shape));  // reject before the append writes anything
   ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));

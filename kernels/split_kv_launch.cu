@@ -16,9 +16,6 @@ namespace attnrt::kernels {
 namespace {
 
 constexpr int kMaxSplits = 64;
-// Contexts shorter than this are not split: below it the partial write and merge cost more
-// than the parallelism gains.
-constexpr int kMinSplitTokens = 256;
 // Without a device (host-only builds asking for workspace sizes) an H100 is assumed.
 constexpr int kFallbackSms = 132;
 constexpr int kFallbackCtasPerSm = 4;
@@ -57,9 +54,10 @@ __global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKv
   if (threadIdx.x == 0 && p.lse != nullptr) p.lse[row] = (mx + log2f(sum)) * kLn2;
 }
 
-SplitKvKernel KernelFor(SplitKvFamily family, int head_dim, int group) {
-  return family == SplitKvFamily::kSimt ? SimtKernelFor(head_dim, group)
-                                        : TcKernelFor(head_dim, group);
+SplitKvKernel KernelFor(SplitKvFamily family, const SplitKvLaunchConfig& config,
+                        const ModelShape& shape) {
+  return family == SplitKvFamily::kSimt ? SimtKernelFor(shape.head_dim, shape.group_size())
+                                        : TcKernelFor(shape.head_dim, config.warps);
 }
 
 struct DeviceFacts {
@@ -100,20 +98,23 @@ DeviceFacts Prepare(const SplitKvKernel& k) {
   return f;
 }
 
-SplitKvPlan PlanFor(const SplitKvKernel& k, const DeviceFacts& facts, const ModelShape& shape,
-                    int capacity) {
+SplitKvPlan PlanFor(const SplitKvKernel& k, const DeviceFacts& facts,
+                    const SplitKvLaunchConfig& config, const ModelShape& shape, int capacity) {
   SplitKvPlan plan;
   plan.tile_tokens = k.tile_tokens;
-  plan.min_tiles = std::max(1, kMinSplitTokens / plan.tile_tokens);
-  // With a CTA per SM or more, each streaming 32+ KB in flight, the grid already saturates HBM:
-  // splitting would only add partial writes and a merge. Below that, split until one wave of
-  // resident CTAs is full when every slot is live; a slot's own length then decides how many of
-  // its splits do work.
+  plan.min_tiles = std::max(1, config.min_split_tokens / plan.tile_tokens);
   const int work = std::max(1, capacity * shape.num_kv_heads);
-  int splits = work >= facts.sms ? 1 : std::max(1, facts.resident_ctas / work);
+  int splits = 1;
+  if (config.ctas_per_sm > 0) {
+    splits = std::max(1, facts.sms * config.ctas_per_sm / work);
+  } else if (work < facts.sms) {
+    // The occupancy rule: with a CTA per SM or more, each streaming 32+ KB in flight, the grid
+    // already saturates HBM; below that, split until one wave of resident CTAs is full when every
+    // slot is live. A slot's own length then decides how many of its splits do work.
+    splits = std::max(1, facts.resident_ctas / work);
+  }
   const int max_tiles = (shape.max_context + plan.tile_tokens - 1) / plan.tile_tokens;
-  splits = std::min({splits, std::max(1, max_tiles / plan.min_tiles), kMaxSplits});
-  plan.max_splits = splits;
+  plan.max_splits = std::min({splits, std::max(1, max_tiles / plan.min_tiles), kMaxSplits});
   return plan;
 }
 
@@ -153,20 +154,32 @@ Status LaunchWithPdl(const void* fn, dim3 grid, int threads, int smem, cudaStrea
 
 }  // namespace
 
+SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family,
+                            const SplitKvLaunchConfig& config) {
+  const SplitKvKernel k = KernelFor(family, config, shape);
+  if (k.fn == nullptr) return SplitKvPlan{};
+  return PlanFor(k, Prepare(k), config, shape, capacity);
+}
+
 SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family) {
-  const SplitKvKernel k = KernelFor(family, shape.head_dim, shape.group_size());
-  return PlanFor(k, Prepare(k), shape, capacity);
+  return MakeSplitKvPlan(shape, capacity, family, TunedLaunchConfig(family, shape, capacity));
 }
 
-std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const ModelShape& shape, int capacity) {
-  if (!CheckKernelShape(shape, "split_kv").ok()) return 0;
-  return Layout(shape, capacity, MakeSplitKvPlan(shape, capacity, family)).total();
+std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const SplitKvLaunchConfig& config,
+                                  const ModelShape& shape, int capacity) {
+  if (!CheckKernelShape(shape, "split_kv").ok() ||
+      !CheckLaunchConfig(family, config, shape.head_dim).ok()) {
+    return 0;
+  }
+  return Layout(shape, capacity, MakeSplitKvPlan(shape, capacity, family, config)).total();
 }
 
-Status LaunchSplitKv(SplitKvFamily family, std::string_view name, const ModelShape& shape,
+Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
+                     const SplitKvLaunchConfig& config, const ModelShape& shape,
                      const DecodeBatchView& batch, const KvPoolView& pools,
                      DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append) {
   ATTNRT_RETURN_IF_ERROR(CheckKernelShape(shape, name));
+  ATTNRT_RETURN_IF_ERROR(CheckLaunchConfig(family, config, shape.head_dim));
   ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
   if (fuse_append && family != SplitKvFamily::kTensorCore) {
     return InternalError("fused append requested from a split-KV family without it");
@@ -181,9 +194,8 @@ Status LaunchSplitKv(SplitKvFamily family, std::string_view name, const ModelSha
     }
   }
   if (batch.capacity == 0) return Status::Ok();
-  const SplitKvKernel k = KernelFor(family, shape.head_dim, shape.group_size());
-  const DeviceFacts facts = Prepare(k);
-  const SplitKvPlan plan = PlanFor(k, facts, shape, batch.capacity);
+  const SplitKvKernel k = KernelFor(family, config, shape);
+  const SplitKvPlan plan = PlanFor(k, Prepare(k), config, shape, batch.capacity);
   const WorkspaceLayout layout = Layout(shape, batch.capacity, plan);
   if (workspace.bytes < layout.total() || (layout.total() > 0 && workspace.data == nullptr)) {
     return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +

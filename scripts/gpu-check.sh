@@ -5,9 +5,12 @@
 # comparison and the batching-window sweep on the CUDA executor. Everything lands in OUT_DIR
 # (default bench/results/<date>_<gpu>), with record.txt naming device, date and commit.
 #
-#   scripts/gpu-check.sh [--phase all|tests|sanitizer|bench]... [--quick] [--help]
-#     --phase P   run only these phases (repeatable; default all; build always runs)
-#     --quick     a smaller batching-window sweep
+#   scripts/gpu-check.sh [--phase all|tests|sanitizer|bench|criteria|sweep]... [--quick] [--help]
+#     --phase P   run only these phases (repeatable; default all = tests sanitizer bench
+#                 criteria; build always runs). sweep (study 4, not in all): checks every launch
+#                 configuration against the reference, then times them and writes
+#                 tc_launch_table.inc into OUT_DIR (copy it to kernels/ to adopt it)
+#     --quick     a smaller batching-window sweep and launch-configuration sweep
 set -uo pipefail
 cd "$(dirname "$0")/.."
 phases=""; quick=0
@@ -15,13 +18,13 @@ while (($#)); do
   case "$1" in
     --phase) phases="$phases $2"; shift ;;
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [ -n "$phases" ] || phases=" all"
-has() { [[ "$phases" == *" all"* || "$phases" == *" $1"* ]]; }
+has() { [[ ( "$phases" == *" all"* && "$1" != sweep ) || "$phases" == *" $1"* ]]; }
 log() { echo "[gpu-check $(date +%H:%M:%S)] $*"; }
 
 if ! nvidia-smi >/dev/null 2>&1; then
@@ -57,6 +60,7 @@ if has sanitizer; then
   # cuda_executor_gpu_test: the failure-injection case is left out (it makes a CUDA API error on
   # purpose, which memcheck reports as such); initcheck, ~20x slower there, runs a subset.
   decode_filter='AllCombos/*D128_bs16*:Variants/DecodeEdgeTest.GraphCaptured*:Variants/DecodeEdgeTest.Peaky*:AllCombos/*D64_bs8_G8*:AllCombos/*D256_bs64_G2*'
+  decode_filter+=':Settings/*D128_G8_warps8_ctas16_minsplit128:Settings/*D64_G1_warps2_ctas0_minsplit1024:Settings/*D256_G1_warps2_ctas16_minsplit128:TunedLaunchTableTest.*'
   executor_filter='-*InjectedLaunchFailure*'
   executor_initcheck='*EveryPathMatchesDenseReference:*CapturedShortReplaysLong:*DeviceAndHostMemoryInTheSameGraphs:*BatchLargerThanTheLargestBucketIsSplit'
   for tool in memcheck racecheck initcheck; do
@@ -111,6 +115,9 @@ if has bench; then
   "$build/examples/tune_window" --device cuda "${sweep[@]}" --duration 0.4 --sequences 2048 \
     --json "$out/tune_window.json" >"$out/tune_window.txt" 2>&1 || status=1
   tail -25 "$out/tune_window.txt"
+fi
+
+if has criteria; then
   log "scheduler vs kernel-only capacity (tune_window --criteria: saturation, 70% load)"
   for b in 32 128; do
     "$build/examples/tune_window" --device cuda --no-sweep --criteria $b --criteria-window-us 200 \
@@ -120,6 +127,21 @@ if has bench; then
     # rc 3 = a performance criterion missed: reported above, not a failed check.
     [ $rc -eq 0 ] || [ $rc -eq 3 ] || status=1
   done
+fi
+
+if has sweep; then
+  log "study 4: every launch configuration against the reference, then the timing sweep"
+  if "$build/tests/decode_gpu_test" --gtest_brief=1 --gtest_filter='*LaunchConfig*:*TunedLaunch*' \
+      >"$out/launch_config_test.log" 2>&1; then
+    tail -3 "$out/launch_config_test.log"
+    q=(); [ $quick -eq 1 ] && q=(--quick)
+    "$build/bench/kernels_launch_sweep_bench" "${q[@]}" --commit "$commit" \
+      --json-out "$out/kernels_launch_sweep.json" --table-out "$out/tc_launch_table.inc" \
+      >"$out/kernels_launch_sweep.txt" 2>"$out/kernels_launch_sweep.progress" || status=1
+    grep -E "pick|wrote" "$out/kernels_launch_sweep.txt" | tail -45
+  else
+    tail -30 "$out/launch_config_test.log"; log "launch configurations FAILED: no sweep"; status=1
+  fi
 fi
 
 {

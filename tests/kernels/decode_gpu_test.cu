@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -56,11 +57,42 @@ const DecodeVariant& Variant(const std::string& name) {
   return **v;
 }
 
+enum class AppendMode { kSeparate, kFused };
+
+// What a case launches: a variant from the table, or (config set) the tensor-core split-KV family
+// under an explicit launch configuration (study 4's settings).
+struct CaseLaunch {
+  const DecodeVariant* variant = nullptr;
+  std::optional<SplitKvLaunchConfig> config;
+
+  std::string name() const {
+    return config ? "split_kv " + ToString(*config) : std::string(variant->name);
+  }
+  std::size_t WorkspaceBytes(const ModelShape& shape, int capacity) const {
+    return config ? SplitKvWorkspaceBytes(SplitKvFamily::kTensorCore, *config, shape, capacity)
+                  : variant->workspace_bytes(shape, capacity);
+  }
+  // Append then decode, either as two calls (LaunchAppendKv, then decode) or fused
+  // (LaunchAppendAndDecode; one kernel in split_kv).
+  Status Run(AppendMode mode, const ModelShape& shape, const DevicePagedBatch& dev,
+             DecodeWorkspace ws, cudaStream_t stream) const {
+    const bool fused = mode == AppendMode::kFused;
+    if (config) {
+      if (!fused) ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
+      return LaunchSplitKv(SplitKvFamily::kTensorCore, "split_kv", *config, shape, dev.view(),
+                           dev.pools(), ws, stream, /*fuse_append=*/fused);
+    }
+    if (fused) return LaunchAppendAndDecode(*variant, shape, dev.view(), dev.pools(), ws, stream);
+    ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
+    return variant->launch(shape, dev.view(), dev.pools(), ws, stream);
+  }
+};
+
 // A workspace poisoned with 0xFF bytes (NaN floats): a merge that reads a partial nobody wrote
 // shows up as NaN.
-Status MakeWorkspace(const DecodeVariant& v, const ModelShape& shape, int capacity,
+Status MakeWorkspace(const CaseLaunch& launch, const ModelShape& shape, int capacity,
                      DeviceArray<char>* storage, DecodeWorkspace* ws) {
-  const std::size_t bytes = v.workspace_bytes(shape, capacity);
+  const std::size_t bytes = launch.WorkspaceBytes(shape, capacity);
   ATTNRT_RETURN_IF_ERROR(storage->Allocate(bytes));
   if (bytes > 0) ATTNRT_CUDA_RETURN(cudaMemset(storage->get(), 0xFF, bytes));
   ws->data = storage->get();
@@ -97,34 +129,25 @@ void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const 
   EXPECT_TRUE(testing::PaddedSlotsUntouched(host, out, lse)) << "a padded slot was written";
 }
 
-// Append then decode, either as two calls (LaunchAppendKv, variant.launch) or through
-// LaunchAppendAndDecode (fused in split_kv).
-enum class AppendMode { kSeparate, kFused };
-
-Status AppendAndDecode(AppendMode mode, const DecodeVariant& v, const ModelShape& shape,
-                       const DevicePagedBatch& dev, DecodeWorkspace ws, cudaStream_t stream) {
-  if (mode == AppendMode::kFused) {
-    return LaunchAppendAndDecode(v, shape, dev.view(), dev.pools(), ws, stream);
-  }
-  ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
-  return v.launch(shape, dev.view(), dev.pools(), ws, stream);
-}
-
-void RunCase(const DecodeVariant& v, const ModelShape& shape, const std::vector<int>& lengths,
+void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
-  ASSERT_OK(v.supports(shape));
+  if (launch.variant != nullptr) ASSERT_OK(launch.variant->supports(shape));
   for (AppendMode mode : {AppendMode::kSeparate, AppendMode::kFused}) {
     PagedBatch host = MakePagedBatch(shape, lengths, options);
     DevicePagedBatch dev;
     ASSERT_OK(dev.Upload(host));
     DeviceArray<char> ws_storage;
     DecodeWorkspace ws;
-    ASSERT_OK(MakeWorkspace(v, shape, host.capacity, &ws_storage, &ws));
-    ASSERT_OK(AppendAndDecode(mode, v, shape, dev, ws, nullptr));
+    ASSERT_OK(MakeWorkspace(launch, shape, host.capacity, &ws_storage, &ws));
+    ASSERT_OK(launch.Run(mode, shape, dev, ws, nullptr));
     ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
     CheckAgainstReference(host, dev,
-                          std::string(v.name) + (mode == AppendMode::kFused ? " fused" : " separate"));
+                          launch.name() + (mode == AppendMode::kFused ? " fused" : " separate"));
   }
+}
+void RunCase(const DecodeVariant& v, const ModelShape& shape, const std::vector<int>& lengths,
+             const PagedBatchOptions& options) {
+  RunCase(CaseLaunch{&v, std::nullopt}, shape, lengths, options);
 }
 
 // ---- Sweep: variant x D x block size x group --------------------------------------------------
@@ -185,14 +208,15 @@ void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
   ASSERT_OK(dev.Upload(host_short));
   DeviceArray<char> ws_storage;
   DecodeWorkspace ws;
-  ASSERT_OK(MakeWorkspace(v, shape, host_short.capacity, &ws_storage, &ws));
+  const CaseLaunch launch{&v, std::nullopt};
+  ASSERT_OK(MakeWorkspace(launch, shape, host_short.capacity, &ws_storage, &ws));
   cudaStream_t stream;
   ASSERT_OK(CudaStatus(cudaStreamCreate(&stream), "stream", __FILE__, __LINE__));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_OK(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture",
                        __FILE__, __LINE__));
-  const Status launched = AppendAndDecode(mode, v, shape, dev, ws, stream);
+  const Status launched = launch.Run(mode, shape, dev, ws, stream);
   ASSERT_OK(CudaStatus(cudaStreamEndCapture(stream, &graph), "end capture", __FILE__, __LINE__));
   ASSERT_OK(launched);
   ASSERT_OK(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiate", __FILE__, __LINE__));
@@ -326,6 +350,66 @@ INSTANTIATE_TEST_SUITE_P(Variants, DecodeEdgeTest, ::testing::ValuesIn(VariantNa
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
+
+// ---- Launch configurations (study 4): every setting dispatch may pick from the tuned table -----
+
+using ConfigParam = std::tuple<int, int, int, int, int>;  // D, group, warps, ctas_per_sm, min split
+
+class LaunchConfigTest : public ::testing::TestWithParam<ConfigParam> {};
+
+TEST_P(LaunchConfigTest, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const auto& [d, group, warps, ctas_per_sm, min_split] = GetParam();
+  const SplitKvLaunchConfig config{warps, ctas_per_sm, min_split};
+  const int hkv = 2;
+  const ModelShape shape = Shape(group * hkv, hkv, d, 16, 2, 32768);
+  if (warps == 8 && d == 256) {
+    const Status s = CheckLaunchConfig(SplitKvFamily::kTensorCore, config, d);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("config.warps = 8"), std::string::npos) << s.ToString();
+    GTEST_SKIP() << "8 warps at head_dim 256 is not built (384 KB of shared memory)";
+  }
+  // Length 1, block and CTA-tile boundaries, a padding slot, contexts that split into a few and
+  // into the most pieces, and one as long as max_context.
+  const int tile = 16 * warps;
+  const std::vector<int> lengths = {1, 16, 17, tile, tile + 1, 0, 300, 1500, 4097, 32768};
+  PagedBatchOptions opt;
+  opt.seed = 5000 + d + group * 3 + warps * 7 + ctas_per_sm * 11 + min_split;
+  opt.capacity = static_cast<int>(lengths.size()) + 1;
+  const SplitKvPlan plan = MakeSplitKvPlan(shape, opt.capacity, SplitKvFamily::kTensorCore, config);
+  EXPECT_EQ(plan.tile_tokens, tile);
+  RunCase(CaseLaunch{nullptr, config}, shape, lengths, opt);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Settings, LaunchConfigTest,
+    ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 8),
+                       ::testing::Values(2, 4, 8),
+                       // the occupancy rule, many splits of short pieces, few long pieces
+                       ::testing::Values(0, 16, 1), ::testing::Values(128, 1024)),
+    [](const ::testing::TestParamInfo<ConfigParam>& info) {
+      std::ostringstream os;
+      os << "D" << std::get<0>(info.param) << "_G" << std::get<1>(info.param) << "_warps"
+         << std::get<2>(info.param) << "_ctas" << std::get<3>(info.param) << "_minsplit"
+         << std::get<4>(info.param);
+      return os.str();
+    });
+
+TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (TunedLaunchTable().empty()) GTEST_SKIP() << "the tuned table has no rows yet";
+  for (const TunedLaunchRow& row : TunedLaunchTable()) {
+    const int hkv = 2;
+    const ModelShape shape = Shape(row.group * hkv, hkv, row.head_dim, 16, 1, 2048);
+    // The row's own work item count (capped to keep the FP64 reference quick).
+    const int capacity = std::clamp((row.min_work + hkv - 1) / hkv, 3, 256);
+    std::vector<int> lengths(capacity, 0);
+    for (int i = 0; i < capacity; ++i) lengths[i] = 1 + (i * 2654435761u) % 2048;
+    SCOPED_TRACE("row D" + std::to_string(row.head_dim) + " G" + std::to_string(row.group) +
+                 " min_work " + std::to_string(row.min_work));
+    RunCase(CaseLaunch{nullptr, row.config}, shape, lengths, {.seed = 77});
+  }
+}
 
 // ---- Split path coverage: the edge-case shapes really take both paths in split_kv -------------
 

@@ -1,0 +1,348 @@
+// Study 4: launch-configuration sweep of the tensor-core split-KV decode kernel. Knobs: warps per
+// CTA (2, 4, 8: the CTA's KV tile is 16 tokens per warp), the split target (CTAs per SM wanted, or
+// the occupancy rule) and the shortest split. For each (head dim, group, work items = B * Hkv) it
+// times every configuration that yields a distinct grid at several context lengths (CUDA-graph
+// replays of back-to-back decodes cycling over input sets larger than L2; CUDA events; median of
+// 7 replays after 2 warm-ups), and picks for the (D, G, work) the configuration with the best
+// geometric mean of time / (best time at that length). The default configuration is kept unless
+// another is more than 1% better. --table-out writes the picks as kernels/tc_launch_table.inc
+// (what dispatch reads); --json-out writes every timing for bench/studies/make_gemm_report.py.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/gpu_bench_util.h"
+#include "examples/flags.h"
+#include "kernels/decode_internal.h"
+
+namespace attnrt::bench {
+namespace {
+
+using kernels::SplitKvFamily;
+using kernels::SplitKvLaunchConfig;
+
+constexpr SplitKvFamily kTc = SplitKvFamily::kTensorCore;
+constexpr std::size_t kRotationBytes = 128ull << 20;  // > 2.5x the H100's 50 MB L2
+constexpr std::size_t kMaxSetBytes = 2ull << 30;      // KV bytes of one input set
+constexpr int kMaxSets = 64;
+constexpr int kMinSteps = 20;
+constexpr int kMaxContext = 65536;  // the model's max_context (caps splits as in serving)
+constexpr double kKeepDefaultWithin = 1.01;
+
+struct Family {  // a (D, Hq, Hkv) and the batch sizes swept for it
+  int head_dim, q_heads, kv_heads;
+  std::vector<int> batches;
+};
+
+std::vector<Family> Families(bool quick) {
+  if (quick) return {{128, 32, 8, {1, 32}}, {64, 8, 8, {32}}};
+  return {
+      {128, 32, 32, {1, 4, 16, 64, 128}},     // MHA (Llama-2 7B)
+      {128, 32, 16, {1, 8, 32, 128}},         // G = 2
+      {128, 32, 8, {1, 4, 16, 32, 64, 256}},  // G = 4 (Llama-3 8B)
+      {128, 64, 8, {1, 4, 16, 32, 64, 256}},  // G = 8 (Llama-3 70B)
+      {64, 8, 8, {1, 4, 16, 32, 128, 512}},
+      {64, 32, 8, {1, 8, 32, 128}},
+      {256, 16, 16, {1, 4, 16, 64}},
+  };
+}
+
+std::vector<int> Contexts(bool quick) {
+  return quick ? std::vector<int>{512, 8192} : std::vector<int>{256, 1024, 4096, 16384, 65536};
+}
+
+std::vector<SplitKvLaunchConfig> Configs(int head_dim) {
+  std::vector<SplitKvLaunchConfig> out;
+  for (int warps : {2, 4, 8}) {
+    for (int ctas : {0, 1, 2, 4, 8, 16}) {
+      for (int min_split : {128, 256, 512, 1024}) {
+        const SplitKvLaunchConfig c{warps, ctas, min_split};
+        if (kernels::CheckLaunchConfig(kTc, c, head_dim).ok()) out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+bool IsDefault(const SplitKvLaunchConfig& c) {
+  const SplitKvLaunchConfig d;
+  return c.warps == d.warps && c.ctas_per_sm == d.ctas_per_sm &&
+         c.min_split_tokens == d.min_split_tokens;
+}
+
+ModelShape ShapeOf(const Family& f) {
+  ModelShape s;
+  s.num_layers = 1;
+  s.num_q_heads = f.q_heads;
+  s.num_kv_heads = f.kv_heads;
+  s.head_dim = f.head_dim;
+  s.block_size = 16;
+  s.max_context = kMaxContext;
+  return s;
+}
+
+// Median µs per decode of `config` over the input sets (one graph of `steps` launches).
+double TimeConfig(const ModelShape& shape, const SplitKvLaunchConfig& config,
+                  const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets, cudaStream_t stream) {
+  const int capacity = sets[0]->capacity;
+  const std::size_t ws_bytes = kernels::SplitKvWorkspaceBytes(kTc, config, shape, capacity);
+  void* ws = nullptr;
+  if (ws_bytes > 0) Check(cudaMalloc(&ws, ws_bytes), "malloc workspace");
+  const int n = static_cast<int>(sets.size());
+  const int steps = (kMinSteps + n - 1) / n * n;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < steps; ++i) {
+    const DeviceDecodeBatch& b = *sets[i % n];
+    CheckOk(kernels::LaunchSplitKv(kTc, "split_kv", config, shape, b.batch, b.pools,
+                                   {ws, ws_bytes}, stream),
+            "LaunchSplitKv");
+  }
+  Check(cudaStreamEndCapture(stream, &graph), "end capture");
+  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t a, b;
+  Check(cudaEventCreate(&a), "event");
+  Check(cudaEventCreate(&b), "event");
+  for (int w = 0; w < 2; ++w) Check(cudaGraphLaunch(exec, stream), "warm-up");
+  std::vector<double> us;
+  for (int r = 0; r < 7; ++r) {
+    Check(cudaEventRecord(a, stream), "record");
+    Check(cudaGraphLaunch(exec, stream), "replay");
+    Check(cudaEventRecord(b, stream), "record");
+    Check(cudaEventSynchronize(b), "sync");
+    float ms = 0.0f;
+    Check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    us.push_back(ms * 1e3 / steps);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(ws);
+  return Median(us);
+}
+
+struct Timing {
+  int head_dim, group, batch, kv_heads, context;
+  SplitKvLaunchConfig config;
+  kernels::SplitKvPlan plan;
+  double us, tbps;
+};
+
+std::string Json(const SplitKvLaunchConfig& c) {
+  std::ostringstream os;
+  os << "{\"warps\": " << c.warps << ", \"ctas_per_sm\": " << c.ctas_per_sm
+     << ", \"min_split_tokens\": " << c.min_split_tokens << "}";
+  return os.str();
+}
+
+struct Pick {
+  int head_dim, group, work, batch;
+  SplitKvLaunchConfig config;
+  double score, default_score;
+};
+
+int Run(int argc, char** argv) {
+  std::string table_out, json_out, commit;
+  bool quick = false;
+  examples::FlagSet flags(
+      "kernels_launch_sweep_bench",
+      "Study 4: sweeps the split_kv kernel's launch configuration (warps per CTA, split target,\n"
+      "shortest split) per (head dim, group, batch, context) on this GPU, prints the best per\n"
+      "shape and writes the per-(head dim, group, work) picks that dispatch reads.");
+  flags.String("--table-out", &table_out, "write the picks here (kernels/tc_launch_table.inc)");
+  flags.String("--json-out", &json_out, "write every timing and pick here as JSON");
+  flags.String("--commit", &commit, "commit recorded in the outputs (the device copy has no .git)");
+  flags.Bool("--quick", &quick, "two small families and two contexts (a smoke run, ~10 s)");
+  if (const int rc = flags.Parse(argc, argv); rc != examples::FlagSet::kContinue) return rc;
+
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "kernels_launch_sweep_bench: no CUDA device; the sweep needs a GPU\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  Check(cudaGetDeviceProperties(&prop, 0), "properties");
+  const double read_tbps = MeasureReadBandwidth() / 1e12;
+  const int sms = SmCount();
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s\n", prop.name, sms,
+              read_tbps, date, commit.empty() ? "unknown" : commit.c_str());
+
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::vector<Timing> timings;
+  std::vector<Pick> picks;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Family> families = Families(quick);
+  for (std::size_t fi = 0; fi < families.size(); ++fi) {
+    const Family& fam = families[fi];
+    const ModelShape shape = ShapeOf(fam);
+    const int group = shape.group_size();
+    const std::vector<SplitKvLaunchConfig> configs = Configs(fam.head_dim);
+    for (int batch : fam.batches) {
+      std::map<int, double> best_at;  // context -> best µs
+      std::vector<std::size_t> rows_of_batch;
+      for (int context : Contexts(quick)) {
+        const double kv_bytes = 2.0 * 2.0 * batch * fam.kv_heads * double(context) * fam.head_dim;
+        if (kv_bytes > kMaxSetBytes) continue;
+        const double qo_bytes = 2.0 * 2.0 * batch * fam.q_heads * fam.head_dim;
+        const int n_sets = std::clamp(static_cast<int>(std::ceil(kRotationBytes / kv_bytes)), 2,
+                                      kMaxSets);
+        std::vector<std::unique_ptr<DeviceDecodeBatch>> sets;
+        for (int k = 0; k < n_sets; ++k) {
+          sets.push_back(std::make_unique<DeviceDecodeBatch>(
+              shape, std::vector<int>(batch, context), stream, 100 + k));
+        }
+        // Configurations with the same grid and the same split of this context are one kernel
+        // launch: time it once.
+        std::map<std::tuple<int, int, int, int>, double> timed;
+        double best = 1e30;
+        for (const SplitKvLaunchConfig& c : configs) {
+          const kernels::SplitKvPlan plan = kernels::MakeSplitKvPlan(shape, batch, kTc, c);
+          const kernels::SlotSplit ss = kernels::SplitSlot(context, plan);
+          const auto key = std::make_tuple(c.warps, plan.max_splits, ss.num_splits, ss.tiles_per_split);
+          auto it = timed.find(key);
+          if (it == timed.end()) it = timed.emplace(key, TimeConfig(shape, c, sets, stream)).first;
+          const double us = it->second;
+          best = std::min(best, us);
+          rows_of_batch.push_back(timings.size());
+          timings.push_back({fam.head_dim, group, batch, fam.kv_heads, context, c, plan, us,
+                             (kv_bytes + qo_bytes) / (us * 1e-6) / 1e12});
+        }
+        best_at[context] = best;
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr,
+                     "[%zu/%zu %6.0fs] D=%d G=%d B=%d T=%d: %zu kernels timed, best %.2f us "
+                     "(%.2f TB/s)\n",
+                     fi + 1, families.size(), secs, fam.head_dim, group, batch, context,
+                     timed.size(), best, (kv_bytes + qo_bytes) / (best * 1e-6) / 1e12);
+      }
+      if (best_at.empty()) continue;
+      // Score each configuration over the contexts: geometric mean of time / best.
+      std::map<std::tuple<int, int, int>, std::pair<double, int>> log_sum;
+      for (std::size_t i : rows_of_batch) {
+        const Timing& t = timings[i];
+        auto& [sum, count] = log_sum[{t.config.warps, t.config.ctas_per_sm, t.config.min_split_tokens}];
+        sum += std::log(t.us / best_at[t.context]);
+        ++count;
+      }
+      Pick pick{fam.head_dim, group, batch * fam.kv_heads, batch, {}, 1e30, 1e30};
+      for (const auto& [key, sc] : log_sum) {
+        const SplitKvLaunchConfig c{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+        const double score = std::exp(sc.first / sc.second);
+        if (IsDefault(c)) pick.default_score = score;
+        if (score < pick.score) {
+          pick.score = score;
+          pick.config = c;
+        }
+      }
+      if (pick.default_score <= pick.score * kKeepDefaultWithin) {
+        pick.config = SplitKvLaunchConfig{};
+        pick.score = pick.default_score;
+      }
+      picks.push_back(pick);
+      std::printf("D=%-3d G=%d B=%-3d work=%-4d pick %-44s score %.3f (default %.3f)\n",
+                  pick.head_dim, pick.group, pick.batch, pick.work,
+                  kernels::ToString(pick.config).c_str(), pick.score, pick.default_score);
+    }
+  }
+
+  // Best configuration per shape.
+  std::printf("\n%-4s %-2s %-4s %-6s %-44s %9s %7s %9s %7s\n", "D", "G", "B", "T", "best", "us",
+              "TB/s", "default", "gain");
+  std::map<std::tuple<int, int, int, int>, std::pair<const Timing*, const Timing*>> per_shape;
+  for (const Timing& t : timings) {
+    auto& [best, def] = per_shape[{t.head_dim, t.group, t.batch, t.context}];
+    if (best == nullptr || t.us < best->us) best = &t;
+    if (IsDefault(t.config)) def = &t;
+  }
+  for (const auto& [key, bd] : per_shape) {
+    const auto& [best, def] = bd;
+    std::printf("%-4d %-2d %-4d %-6d %-44s %9.2f %7.3f %9.2f %6.3fx\n", std::get<0>(key),
+                std::get<1>(key), std::get<2>(key), std::get<3>(key),
+                kernels::ToString(best->config).c_str(), best->us, best->tbps, def->us,
+                def->us / best->us);
+  }
+
+  std::sort(picks.begin(), picks.end(), [](const Pick& a, const Pick& b) {
+    return std::tie(a.head_dim, a.group, a.work) < std::tie(b.head_dim, b.group, b.work);
+  });
+  if (!table_out.empty()) {
+    std::ofstream f(table_out);
+    f << "// Tuned launch configurations of the tensor-core split-KV kernel, one row per\n"
+         "// {head_dim, group, min_work, {warps, ctas_per_sm, min_split_tokens}}: used for work\n"
+         "// items (capacity * num_kv_heads) >= min_work up to the next row of the same (D, G).\n"
+         "// Written by bench/kernels_launch_sweep_bench --table-out; do not edit by hand.\n"
+      << "// " << prop.name << ", " << date << ", commit " << (commit.empty() ? "unknown" : commit)
+      << ". Score: geometric mean over contexts of time / best time at that context.\n";
+    // Boundaries halfway (geometrically) between swept work counts; a row equal to the one below
+    // it is left out.
+    for (std::size_t i = 0; i < picks.size(); ++i) {
+      const Pick& p = picks[i];
+      const bool first = i == 0 || picks[i - 1].head_dim != p.head_dim || picks[i - 1].group != p.group;
+      int min_work = 1;
+      if (!first) {
+        const SplitKvLaunchConfig& prev = picks[i - 1].config;
+        if (prev.warps == p.config.warps && prev.ctas_per_sm == p.config.ctas_per_sm &&
+            prev.min_split_tokens == p.config.min_split_tokens) {
+          continue;
+        }
+        min_work = static_cast<int>(std::lround(std::sqrt(double(picks[i - 1].work) * p.work)));
+      }
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "{%d, %d, %d, {%d, %d, %d}},  // swept at work %d (B=%d): score %.3f, default %.3f\n",
+                    p.head_dim, p.group, min_work, p.config.warps, p.config.ctas_per_sm,
+                    p.config.min_split_tokens, p.work, p.batch, p.score, p.default_score);
+      f << line;
+    }
+    std::printf("\nwrote %s\n", table_out.c_str());
+  }
+  if (!json_out.empty()) {
+    std::ofstream f(json_out);
+    f << "{\n  \"device\": \"" << prop.name << "\", \"sms\": " << sms << ", \"date\": \"" << date
+      << "\", \"commit\": \"" << (commit.empty() ? "unknown" : commit)
+      << "\", \"read_ceiling_tbps\": " << read_tbps << ",\n  \"timings\": [\n";
+    for (std::size_t i = 0; i < timings.size(); ++i) {
+      const Timing& t = timings[i];
+      f << "    {\"head_dim\": " << t.head_dim << ", \"group\": " << t.group
+        << ", \"batch\": " << t.batch << ", \"kv_heads\": " << t.kv_heads
+        << ", \"context\": " << t.context << ", \"config\": " << Json(t.config)
+        << ", \"max_splits\": " << t.plan.max_splits << ", \"us\": " << t.us
+        << ", \"tbps\": " << t.tbps << "}" << (i + 1 < timings.size() ? "," : "") << "\n";
+    }
+    f << "  ],\n  \"picks\": [\n";
+    for (std::size_t i = 0; i < picks.size(); ++i) {
+      const Pick& p = picks[i];
+      f << "    {\"head_dim\": " << p.head_dim << ", \"group\": " << p.group
+        << ", \"batch\": " << p.batch << ", \"work\": " << p.work << ", \"config\": "
+        << Json(p.config) << ", \"score\": " << p.score << ", \"default_score\": "
+        << p.default_score << "}" << (i + 1 < picks.size() ? "," : "") << "\n";
+    }
+    f << "  ]\n}\n";
+    std::printf("wrote %s\n", json_out.c_str());
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnrt::bench
+
+int main(int argc, char** argv) { return attnrt::bench::Run(argc, argv); }
