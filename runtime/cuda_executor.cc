@@ -31,6 +31,7 @@
 #include "kvcache/kvcache.h"
 #include "runtime/batch_io_kernels.h"
 #include "runtime/batch_plan.h"
+#include "runtime/copy_pool.h"
 #include "runtime/cuda_resources.h"
 
 namespace attnrt::runtime {
@@ -179,6 +180,7 @@ struct CudaExecutor::Impl {
   ExecutorStats stats;            // GUARDED_BY(mu)
   std::vector<PieceTimings> timings;  // GUARDED_BY(mu)
   std::thread completion_thread;
+  std::unique_ptr<CopyPool> pack_pool;
 
   ~Impl() {
     if (completion_thread.joinable()) {
@@ -440,6 +442,9 @@ Status CudaExecutor::Impl::Init() {
   }
   memory.total_device_bytes = memory.kv_cache_bytes + memory.workspace_bytes +
                               memory.slot_device_bytes + memory.graph_bytes;
+  int helpers = options.pack_threads;
+  if (helpers < 0) helpers = std::min(3, static_cast<int>(std::thread::hardware_concurrency() / 4));
+  pack_pool = std::make_unique<CopyPool>(helpers);
   completion_thread = std::thread([this] { CompletionLoop(); });
   return Status::Ok();
 }
@@ -641,9 +646,6 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     if (r.memory == MemoryKind::kHost) {
       q_ptrs[j] = 0;  // the gather kernel leaves this slot to the memcpy node
       out_ptrs[j] = 0;
-      std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
-      std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
-      std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
       *any_host = true;
     } else {
       q_ptrs[j] = reinterpret_cast<std::uint64_t>(r.q);
@@ -653,6 +655,22 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
       lse_ptrs[j] = reinterpret_cast<std::uint64_t>(r.lse);
       *any_device = true;
     }
+  }
+  // The q/k/v copies, spread over the pack pool when there are enough bytes to pay for the
+  // hand-off (a few µs).
+  constexpr std::size_t kParallelPackBytes = 256 * 1024;
+  auto copy_row = [&](int j) {
+    const PlannedRequest& p = b.plan.live[piece.first + j];
+    const BatchRequest& r = b.batch.requests[p.index];
+    if (r.memory != MemoryKind::kHost || kv_lengths[j] == 0) return;
+    std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
+    std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
+    std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
+  };
+  if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelPackBytes) {
+    pack_pool->Run(piece.count, copy_row);
+  } else if (*any_host) {
+    for (int j = 0; j < piece.count; ++j) copy_row(j);
   }
   // Padding: every kernel skips a slot of length 0 before reading anything else of it.
   std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
@@ -852,6 +870,10 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
   if (options.num_slots < 2) {
     return InvalidArgumentError("num_slots " + std::to_string(options.num_slots) +
                                 ", expected >= 2 (double-buffered staging)");
+  }
+  if (options.pack_threads < -1 || options.pack_threads > 64) {
+    return InvalidArgumentError("pack_threads " + std::to_string(options.pack_threads) +
+                                ", expected -1 (auto) .. 64");
   }
   if (options.max_batch_size < 1) {
     return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +

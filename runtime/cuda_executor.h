@@ -48,6 +48,9 @@ struct CudaExecutorOptions {
   bool check_device_pointers = true;
   // Per-piece timings (host plan/pack/launch, GPU launch-to-completion) for benchmarks.
   bool record_timings = false;
+  // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
+  // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
+  int pack_threads = -1;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all slots.

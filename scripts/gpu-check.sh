@@ -37,8 +37,12 @@ out=${OUT_DIR:-bench/results/$(date -u +%Y-%m-%d)_${gpu_slug}}
 mkdir -p "$out"
 build=${BUILD_DIR:-build-gpu}
 status=0
-commit=${ATTNRT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # the device copy has no .git
-dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo "+dirty" || true)
+# The device machine's copy has no usable .git (file modes differ): its caller names the commit.
+if [ -n "${ATTNRT_COMMIT:-}" ]; then commit=$ATTNRT_COMMIT; dirty=""
+else
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo "+dirty" || true)
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
   --format=csv >"$out/device.txt"
 log "device: $gpu; commit ${commit}${dirty}; phases:$phases; out $out"
