@@ -50,9 +50,10 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
     EXPECT_TRUE(SameConfig(at, r.config)) << "D" << r.head_dim << " G" << r.group << " work "
                                           << r.min_work << ": got " << ToString(at);
   }
-  // A shape no row names gets the default configuration, as does the SIMT family.
+  // A (head dim, group) no row names (D 256, G 8) gets the default configuration, as does the
+  // SIMT family.
   const SplitKvLaunchConfig def;
-  EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(6, 3, 128), 4), def));
+  EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4), def));
   EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kSimt, Shape(32, 32, 128), 32), def));
   // An invalid shape does not crash the lookup (the launch reports it).
   EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4), def));
