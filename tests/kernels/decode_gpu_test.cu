@@ -423,7 +423,7 @@ TEST_P(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
   const ModelShape sweep = Shape(4, 2, 128, 16, 2, 2048);
   const SplitKvPlan plan = MakeSplitKvPlan(sweep, 10, f);
   EXPECT_GT(SplitSlot(1500, plan).num_splits, 1);
-  EXPECT_EQ(SplitSlot(300, plan).num_splits, 1);
+  EXPECT_EQ(SplitSlot(17, plan).num_splits, 1);  // the block-boundary cases stay whole
   const ModelShape graph = Shape(8, 2, 128, 16, 2, 8192);
   const SplitKvPlan gplan = MakeSplitKvPlan(graph, 6, f);
   EXPECT_EQ(SplitSlot(17, gplan).num_splits, 1);
