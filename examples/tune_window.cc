@@ -39,6 +39,7 @@ struct ToolOptions {
   int criteria_batch = 0;
   int criteria_window_us = 200;
   bool sweep = true;
+  int slots = attnrt::runtime::CudaExecutorOptions{}.num_slots;
 };
 
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
@@ -64,6 +65,10 @@ int Parse(int argc, char** argv, ToolOptions* o) {
             "(>= 0.9x), p99 at 70% load (<= window + 2 x step); 0 = off",
             0, 1 << 16);
   flags.Int("--criteria-window-us", &o->criteria_window_us, "window for the criteria runs");
+  flags.Int("--slots", &o->slots,
+            "CUDA executor: pieces in flight, each with its own staging (CudaExecutorOptions::"
+            "num_slots)",
+            2, 16);
   bool no_sweep = false;
   flags.Bool("--no-sweep", &no_sweep, "skip the sweep (criteria only)");
   const int rc = flags.Parse(argc, argv);
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
     co.shape = shape;
     co.num_blocks = blocks_needed;
     co.max_batch_size = max_batch;
+    co.num_slots = o.slots;
     auto e = attnrt::runtime::CreateCudaExecutor(co);
     if (!e.ok()) {
       std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());
