@@ -6,11 +6,13 @@
 // 10% go to the fuller batch). Optional JSON output for records. With --criteria B it also
 // measures the executor's kernel-only capacity at batch B and checks the scheduler against it
 // (throughput at saturation, p99 at 70% load); exit code 3 when a criterion is missed.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/open_loop.h"
@@ -40,6 +42,9 @@ struct ToolOptions {
   int criteria_window_us = 200;
   bool sweep = true;
   int slots = attnrt::runtime::CudaExecutorOptions{}.num_slots;
+  // Enough submitting threads that the load generator is not the bottleneck on a GPU host,
+  // without taking the cores a CPU executor computes on.
+  int producers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
 };
 
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
@@ -65,6 +70,8 @@ int Parse(int argc, char** argv, ToolOptions* o) {
             "(>= 0.9x), p99 at 70% load (<= window + 2 x step); 0 = off",
             0, 1 << 16);
   flags.Int("--criteria-window-us", &o->criteria_window_us, "window for the criteria runs");
+  flags.Int("--producers", &o->producers,
+            "threads submitting the Poisson arrivals (each with its own scheduler Producer)", 1, 64);
   flags.Int("--slots", &o->slots,
             "CUDA executor: pieces in flight, each with its own staging (CudaExecutorOptions::"
             "num_slots)",
@@ -87,6 +94,7 @@ attnrt::StatusOr<attnrt::bench::OpenLoopResult> RunPoint(const ToolOptions& o,
   c.max_batch = max_batch;
   c.duration_s = o.duration_s;
   c.num_sequences = o.sequences;
+  c.producers = o.producers;
   return attnrt::bench::RunOpenLoop(c, executor);
 }
 

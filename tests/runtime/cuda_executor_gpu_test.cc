@@ -93,7 +93,8 @@ TEST(CudaExecutorNoGpuTest, FactoryAnswersUnavailableWithoutGpu) {
 TEST_F(CudaExecutorGpuTest, EveryPathMatchesDenseReference) {
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);
-  EXPECT_EQ(ex->memory().num_graphs, static_cast<int>(ex->memory().graphs.size() * 2));
+  EXPECT_EQ(ex->memory().num_graphs,
+            static_cast<int>(ex->memory().graphs.size()) * ex->max_in_flight());  // one per slot
   RandomWorkload w(*ex, 101);
   w.AddSequences(30, 300);
   for (const std::string& path : ex->paths()) {
