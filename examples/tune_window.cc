@@ -44,6 +44,7 @@ struct ToolOptions {
   int slots = attnrt::runtime::CudaExecutorOptions{}.num_slots;
   // Enough submitting threads that the load generator is not the bottleneck on a GPU host,
   // without taking the cores a CPU executor computes on.
+  bool staging_memory = true;
   int producers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
 };
 
@@ -72,6 +73,10 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   flags.Int("--criteria-window-us", &o->criteria_window_us, "window for the criteria runs");
   flags.Int("--producers", &o->producers,
             "threads submitting the Poisson arrivals (each with its own scheduler Producer)", 1, 64);
+  bool no_staging = false;
+  flags.Bool("--no-staging-memory", &no_staging,
+             "CUDA executor: the scheduler stages requests in ordinary memory (copied through the "
+             "executor's pinned staging) instead of the executor's mapped staging memory");
   flags.Int("--slots", &o->slots,
             "CUDA executor: pieces in flight, each with its own staging (CudaExecutorOptions::"
             "num_slots)",
@@ -80,6 +85,7 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   flags.Bool("--no-sweep", &no_sweep, "skip the sweep (criteria only)");
   const int rc = flags.Parse(argc, argv);
   o->sweep = !no_sweep;
+  o->staging_memory = !no_staging;
   return rc;
 }
 
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
     co.num_blocks = blocks_needed;
     co.max_batch_size = max_batch;
     co.num_slots = o.slots;
+    co.offer_staging_memory = o.staging_memory;
     auto e = attnrt::runtime::CreateCudaExecutor(co);
     if (!e.ok()) {
       std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());
@@ -264,6 +271,14 @@ int main(int argc, char** argv) {
                 "(p50 %.0f, p999 %.0f, mean batch %.1f)\n",
                 0.7 * cap->throughput_per_s, loaded->p99_us, bound, p99_ok ? "PASS" : "FAIL",
                 loaded->p50_us, loaded->p999_us, loaded->batch_mean);
+    // Where the time went (scheduler metrics): submit -> dispatch, and executor Submit -> done
+    // per batch (which includes waiting behind the batches already in flight).
+    for (const auto& [name, r] : {std::pair<const char*, const attnrt::bench::OpenLoopResult*>{
+                                      "saturation", &*saturated},
+                                  {"70% load", &*loaded}}) {
+      std::printf("    %-10s queue delay p50 %.0f / p99 %.0f us, executor time per batch p50 %.0f us\n",
+                  name, r->queue_delay_p50_us, r->queue_delay_p99_us, r->executor_p50_us);
+    }
   }
 
   if (!o.json.empty()) {

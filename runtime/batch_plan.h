@@ -4,6 +4,7 @@
 // runtime/; no CUDA.
 #pragma once
 
+#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <unordered_set>
@@ -49,7 +50,7 @@ Status PrefillCache(kvcache::KvCache& cache, SequenceId id, int layer, int num_t
 
 // Checks a kDevice request's pointers; returns a Status naming the field (the CUDA executor
 // passes one that asks the driver; null skips the check).
-using DevicePointerCheck = Status (*)(const BatchRequest& request, int index);
+using DevicePointerCheck = std::function<Status(const BatchRequest& request, int index)>;
 
 // Plans batches against one sequence table. Thread safety: none (the submitting thread owns it,
 // as it owns the table).

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -149,6 +150,50 @@ struct Piece {
 
 }  // namespace
 
+// Pinned, mapped host memory that the graphs' gather/scatter kernels read and write in place
+// (unified addressing: the host address is the device address). Keeps the ranges it handed out
+// so the kDevice pointer check accepts them without a driver call per pointer.
+class MappedStagingMemory final : public StagingMemory {
+ public:
+  void* Allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    void* device = nullptr;
+    if (cudaHostGetDevicePointer(&device, p, 0) != cudaSuccess || device != p) {
+      (void)cudaGetLastError();
+      cudaFreeHost(p);
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+    return p;
+  }
+  void Free(void* p) override {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ranges_.erase(reinterpret_cast<std::uintptr_t>(p));
+    }
+    cudaFreeHost(p);
+  }
+  // True if p lies in memory this allocator handed out.
+  bool Contains(const void* p) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ranges_.upper_bound(a);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uintptr_t, std::size_t> ranges_;  // GUARDED_BY(mu_): base -> bytes
+};
+
 struct CudaExecutor::Impl {
   CudaExecutorOptions options;
   std::vector<SlotLayout> layouts;  // per bucket
@@ -181,6 +226,7 @@ struct CudaExecutor::Impl {
   std::vector<PieceTimings> timings;  // GUARDED_BY(mu)
   std::thread completion_thread;
   std::unique_ptr<CopyPool> pack_pool;
+  std::unique_ptr<MappedStagingMemory> staging = std::make_unique<MappedStagingMemory>();
 
   ~Impl() {
     if (completion_thread.joinable()) {
@@ -227,21 +273,25 @@ struct CudaExecutor::Impl {
 
 namespace {
 
-Status CheckDevicePointers(const BatchRequest& r, int index) {
+Status CheckDevicePointers(const MappedStagingMemory& staging, const BatchRequest& r, int index) {
   const struct {
     const char* name;
     const void* ptr;
   } fields[] = {{"q", r.q}, {"k", r.k}, {"v", r.v}, {"out", r.out}, {"lse", r.lse}};
   for (const auto& f : fields) {
     if (f.ptr == nullptr) continue;  // only lse may be null here (validated before)
+    if (staging.Contains(f.ptr)) continue;
     cudaPointerAttributes attr{};
     const cudaError_t err = cudaPointerGetAttributes(&attr, f.ptr);
     if (err != cudaSuccess) (void)cudaGetLastError();
-    if (err != cudaSuccess ||
-        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+    const bool device_visible =
+        err == cudaSuccess &&
+        (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ||
+         (attr.type == cudaMemoryTypeHost && attr.devicePointer == f.ptr));
+    if (!device_visible) {
       std::ostringstream msg;
       msg << "request " << index << ": memory is kDevice but " << f.name << " (" << f.ptr
-          << ") is not device memory";
+          << ") is neither device memory nor mapped pinned host memory";
       return InvalidArgumentError(msg.str());
     }
   }
@@ -400,7 +450,11 @@ Status CudaExecutor::Impl::Init() {
   pools.head_dim = shape.head_dim;
   planner = std::make_unique<BatchPlanner>(
       &cache->sequences(), /*allow_device_memory=*/true,
-      options.check_device_pointers ? &CheckDevicePointers : nullptr);
+      options.check_device_pointers
+          ? DevicePointerCheck([this](const BatchRequest& r, int index) {
+              return CheckDevicePointers(*staging, r, index);
+            })
+          : DevicePointerCheck());
 
   // Eager warm-up of every (path, bucket) on all-padding staging: module loading, lazy
   // initialisation and first-launch costs stay out of capture and out of the first batch.
@@ -901,6 +955,9 @@ const ModelShape& CudaExecutor::shape() const { return impl_->options.shape; }
 int CudaExecutor::max_batch_size() const { return impl_->options.max_batch_size; }
 std::vector<int> CudaExecutor::buckets() const { return impl_->options.buckets; }
 int CudaExecutor::max_in_flight() const { return static_cast<int>(impl_->slots.size()); }
+StagingMemory* CudaExecutor::staging_memory() {
+  return impl_->options.offer_staging_memory ? impl_->staging.get() : nullptr;
+}
 LaunchMode CudaExecutor::mode() const { return impl_->options.mode; }
 const CudaExecutorMemory& CudaExecutor::memory() const { return impl_->memory; }
 

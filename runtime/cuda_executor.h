@@ -55,6 +55,9 @@ struct CudaExecutorOptions {
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
   // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
   int pack_threads = -1;
+  // Offer staging_memory() (pinned, mapped host memory): a scheduler stages requests in it and
+  // submits them as kDevice, so no q/k/v/out copy runs on the host. Off: staging_memory() is null.
+  bool offer_staging_memory = true;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all slots.
@@ -100,6 +103,7 @@ class CudaExecutor : public Executor {
   int max_batch_size() const override;
   std::vector<int> buckets() const override;
   int max_in_flight() const override;
+  StagingMemory* staging_memory() override;
 
   Status Submit(Batch batch, BatchDoneFn done) override;
   void Wait() override;

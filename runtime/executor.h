@@ -4,6 +4,7 @@
 // CudaExecutor (one CUDA Graph replay per batch bucket).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,7 +21,22 @@ using SequenceId = std::uint64_t;
 // Where a request's q/k/v/out buffers live.
 enum class MemoryKind {
   kHost,    // copied through the executor's pinned staging buffers (the RPC-style default)
-  kDevice,  // device pointers: gathered/scattered by the graph's kernels (GPU executors only)
+  // Pointers the device dereferences: device memory, or host memory from the executor's
+  // staging_memory(); gathered/scattered by the graph's kernels, no staging copy (GPU executors
+  // only).
+  kDevice,
+};
+
+// Host memory the executor's device reads and writes in place (CUDA: pinned and mapped), for
+// callers that stage requests themselves: requests whose buffers lie in it are submitted as
+// kDevice and skip both host copies (into the executor's staging and back out of it).
+// Thread safety: Allocate and Free from any thread.
+class StagingMemory {
+ public:
+  virtual ~StagingMemory() = default;
+  // Null when it cannot (the caller then uses ordinary memory and kHost).
+  virtual void* Allocate(std::size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
 };
 
 // One request of a batch. The buffers stay valid and untouched by the caller until the batch's
@@ -70,6 +86,9 @@ class Executor {
   virtual std::vector<int> buckets() const = 0;
   // How many batches may be in flight at once (>= 2 for pipelining).
   virtual int max_in_flight() const = 0;
+  // Null when the executor has none (a CPU executor reads host memory anyway). Lives as long as
+  // the executor; memory from it must be freed before the executor is destroyed.
+  virtual StagingMemory* staging_memory() { return nullptr; }
 
   // Validates the batch (a malformed batch returns its error and `done` is not called), then
   // runs it asynchronously and calls `done` once. Blocks while max_in_flight() batches run.

@@ -15,37 +15,51 @@ std::size_t RoundUp(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; 
 }  // namespace
 
 struct SlotPool::Slab {
-  explicit Slab(std::size_t slots, std::size_t stride)
-      : count(slots),
-        slots(new Slot[slots]),
-        staging(static_cast<std::byte*>(::operator new(slots * stride, std::align_val_t{kAlign}))) {}
-  ~Slab() { ::operator delete(staging, std::align_val_t{kAlign}); }
+  Slab(std::size_t slots, std::size_t stride, runtime::StagingMemory* memory)
+      : count(slots), slots(new Slot[slots]) {
+    if (memory != nullptr) staging = static_cast<std::byte*>(memory->Allocate(slots * stride));
+    if (staging != nullptr) {
+      staging_memory = memory;  // 256-byte aligned or better (pinned allocations are pages)
+    } else {
+      staging = static_cast<std::byte*>(::operator new(slots * stride, std::align_val_t{kAlign}));
+    }
+  }
+  ~Slab() {
+    if (staging_memory != nullptr) {
+      staging_memory->Free(staging);
+    } else {
+      ::operator delete(staging, std::align_val_t{kAlign});
+    }
+  }
   std::size_t count;
   std::unique_ptr<Slot[]> slots;
-  std::byte* staging;
+  std::byte* staging = nullptr;
+  runtime::StagingMemory* staging_memory = nullptr;  // null: heap memory
 };
 
 SlotPool::SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems,
-                   int slab_slots)
+                   int slab_slots, runtime::StagingMemory* staging)
     : q_elems_(q_elems),
       kv_elems_(kv_elems),
       lse_elems_(lse_elems),
       // q, k, v, out (out has q's shape), then lse; each region 64-byte aligned.
       stride_(RoundUp(q_elems * sizeof(Half)) * 2 + RoundUp(kv_elems * sizeof(Half)) * 2 +
               RoundUp(lse_elems * sizeof(float))),
-      slab_slots_(slab_slots) {}
+      slab_slots_(slab_slots),
+      staging_(staging) {}
 
 SlotPool::~SlotPool() = default;
 
 void SlotPool::Grow(Slot** out, std::size_t n) {
   std::lock_guard<std::mutex> lock(grow_mu_);
   const std::size_t count = std::max<std::size_t>(slab_slots_, n);
-  auto slab = std::make_unique<Slab>(count, stride_);
+  auto slab = std::make_unique<Slab>(count, stride_, staging_);
   std::vector<Slot*> rest;
   rest.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
     Slot* s = &slab->slots[i];
     std::byte* base = slab->staging + i * stride_;
+    s->device_visible = slab->staging_memory != nullptr;
     s->q = reinterpret_cast<Half*>(base);
     base += RoundUp(q_elems_ * sizeof(Half));
     s->k = reinterpret_cast<Half*>(base);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "concurrentqueue.h"
+#include "runtime/executor.h"
 #include "scheduler/clock.h"
 #include "scheduler/request.h"
 
@@ -44,7 +45,9 @@ struct Slot {
   std::optional<std::promise<DecodeResult>> promise;  // set when no callback was given
   DoneCallback callback;
 
-  // Staging, fixed for the slot's life (owned by its slab).
+  // Staging, fixed for the slot's life (owned by its slab). device_visible: it lies in the
+  // executor's staging memory (the device reads and writes it in place: kDevice requests).
+  bool device_visible = false;
   Half* q = nullptr;
   Half* k = nullptr;
   Half* v = nullptr;
@@ -64,8 +67,10 @@ struct Slot {
 // before the pool dies, so a stale pointer (in a RequestHandle) stays dereferenceable.
 class SlotPool {
  public:
-  // Element counts of each staging region; `slab_slots` slots are allocated at a time.
-  SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems, int slab_slots);
+  // Element counts of each staging region; `slab_slots` slots are allocated at a time, their
+  // staging from `staging` where it is given and has memory (else from the heap).
+  SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems, int slab_slots,
+           runtime::StagingMemory* staging = nullptr);
   ~SlotPool();
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
@@ -95,6 +100,7 @@ class SlotPool {
 
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
   int slab_slots_;
+  runtime::StagingMemory* staging_;
   Shard shards_[kShards];
   moodycamel::ConcurrentQueue<Slot*> free_;
   mutable std::mutex grow_mu_;

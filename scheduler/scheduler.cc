@@ -97,7 +97,8 @@ class Scheduler::Impl final : public ClockListener {
         default_timeout_ns_(
             std::chrono::duration_cast<std::chrono::nanoseconds>(options.default_timeout)
                 .count()),
-        pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kSlotsPerSlab),
+        pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kSlotsPerSlab,
+              executor->staging_memory()),
         pending_(options.num_priority_levels),
         completion_pool_(static_cast<std::size_t>(options.completion_threads)) {}
 
@@ -486,13 +487,22 @@ class Scheduler::Impl final : public ClockListener {
       runtime::BatchRequest r;
       r.sequence_id = slot->sequence_id;
       r.layer = slot->layer;
-      r.memory = runtime::MemoryKind::kHost;
       r.q = slot->q;
       r.k = slot->k;
       r.v = slot->v;
-      // Caller-given destinations are written by the executor directly (no extra copy).
-      r.out = slot->out_dest != nullptr ? slot->out_dest : slot->out;
-      r.lse = slot->lse_dest != nullptr ? slot->lse_dest : (slot->want_lse ? slot->lse : nullptr);
+      const bool lse_wanted = slot->lse_dest != nullptr || slot->want_lse;
+      if (slot->device_visible) {
+        // The device reads q/k/v and writes out/lse in the slot's staging; Deliver copies to a
+        // caller-given destination (ordinary memory the device may not reach).
+        r.memory = runtime::MemoryKind::kDevice;
+        r.out = slot->out;
+        r.lse = lse_wanted ? slot->lse : nullptr;
+      } else {
+        // Caller-given destinations are written by the executor directly (no extra copy).
+        r.memory = runtime::MemoryKind::kHost;
+        r.out = slot->out_dest != nullptr ? slot->out_dest : slot->out;
+        r.lse = slot->lse_dest != nullptr ? slot->lse_dest : (lse_wanted ? slot->lse : nullptr);
+      }
       batch.requests.push_back(r);
       batch_state->slots.push_back(slot);
       metrics_.queue_delay_ns.Record(static_cast<std::uint64_t>(now - slot->submit_ns));
@@ -571,6 +581,12 @@ class Scheduler::Impl final : public ClockListener {
   void Deliver(Slot* slot, Status status, ClockNanos now) {
     DecodeResult result;
     if (status.ok()) {
+      if (slot->device_visible && slot->out_dest != nullptr) {
+        std::memcpy(slot->out_dest, slot->out, q_elems_ * sizeof(Half));
+      }
+      if (slot->device_visible && slot->lse_dest != nullptr) {
+        std::memcpy(slot->lse_dest, slot->lse, shape_.num_q_heads * sizeof(float));
+      }
       // resize + memcpy: Half is not trivial (default member initialiser), so assign() would
       // copy element by element.
       if (slot->out_dest == nullptr) {

@@ -238,6 +238,58 @@ TEST_F(CudaExecutorGpuTest, DeviceAndHostMemoryInTheSameGraphs) {
   }
 }
 
+// Requests staged in the executor's staging memory (pinned, mapped) run as kDevice in place:
+// the graph's gather reads q/k/v from host memory and its scatter writes out/lse there; mixed
+// with ordinary host requests in one batch.
+TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  StagingMemory* staging = ex->staging_memory();
+  ASSERT_NE(staging, nullptr);
+  RandomWorkload w(*ex, 606);
+  w.AddSequences(12, 150);
+  const std::size_t q_bytes = static_cast<std::size_t>(ex->shape().num_q_heads) *
+                              ex->shape().head_dim * sizeof(Half);
+  const std::size_t kv_bytes = ex->shape().kv_token_elems() * sizeof(Half);
+  const std::size_t lse_bytes = ex->shape().num_q_heads * sizeof(float);
+  const std::size_t stride = 2 * q_bytes + 2 * kv_bytes + lse_bytes;
+  for (int step = 0; step < 8; ++step) {
+    std::vector<OwnedRequest> reqs = w.MakeBatch(w.rng().NextInt(1, 40));
+    auto* base = static_cast<char*>(staging->Allocate(stride * reqs.size()));
+    ASSERT_NE(base, nullptr);
+    Batch batch = RandomWorkload::ToBatch(reqs);
+    std::vector<char*> chunk(reqs.size(), nullptr);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (i % 4 == 3) continue;  // an ordinary host request
+      char* c = chunk[i] = base + i * stride;
+      std::memcpy(c, reqs[i].q.data(), q_bytes);
+      std::memcpy(c + q_bytes, reqs[i].k.data(), kv_bytes);
+      std::memcpy(c + q_bytes + kv_bytes, reqs[i].v.data(), kv_bytes);
+      std::memset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes);  // poisoned out, lse
+      BatchRequest& r = batch.requests[i];
+      r.memory = MemoryKind::kDevice;
+      r.q = reinterpret_cast<const Half*>(c);
+      r.k = reinterpret_cast<const Half*>(c + q_bytes);
+      r.v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
+      r.out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
+      r.lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
+    }
+    testing::SyncResult r = SubmitAndWait(*ex, std::move(batch));
+    ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
+      if (chunk[i] != nullptr) {
+        EXPECT_TRUE(testing::IsNaN(reqs[i].out[0])) << "a staged request wrote the host out";
+        std::memcpy(reqs[i].out.data(), chunk[i] + q_bytes + 2 * kv_bytes, q_bytes);
+        std::memcpy(reqs[i].lse.data(), chunk[i] + 2 * q_bytes + 2 * kv_bytes, lse_bytes);
+      }
+      EXPECT_TRUE(MatchesExpected(reqs[i]))
+          << "step " << step << " request " << i << (chunk[i] ? " (staged)" : " (host)");
+    }
+    staging->Free(base);
+  }
+}
+
 TEST_F(CudaExecutorGpuTest, HostPointerInDeviceModeFailsNamingTheField) {
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);

@@ -101,6 +101,10 @@ class SchedulerTest : public ::testing::Test {
     return f.get();
   }
 
+  // Submits one request without destinations (result in DecodeResult, with LSE) and one with
+  // them, lets them run, and checks both results.
+  void RunRoutingCase();
+
   ManualClock clock_;
   std::deque<RequestData> data_;
   std::unique_ptr<FakeExecutor> executor_;
@@ -232,6 +236,35 @@ TEST_F(SchedulerTest, NonFiniteValuesPassWhenTheCheckIsOff) {
 
 TEST_F(SchedulerTest, InputsAreCopiedAtSubmitAndOutputsRouted) {
   Make(WindowOptions(8, microseconds(1000)));
+  RunRoutingCase();
+  for (const RecordedBatch& b : executor_->batches()) {
+    for (const auto& r : b.requests) EXPECT_EQ(r.memory, runtime::MemoryKind::kHost);
+  }
+}
+
+// With an executor that offers staging memory, requests are staged in it and submitted as
+// kDevice (the device reads and writes them in place); results still reach every destination,
+// and the staging goes back to the executor when the scheduler goes.
+TEST_F(SchedulerTest, ExecutorStagingMemoryIsUsedInPlace) {
+  FakeExecutorOptions eo;
+  eo.offer_staging_memory = true;
+  Make(WindowOptions(8, microseconds(1000)), eo);
+  RunRoutingCase();
+  EXPECT_GT(executor_->fake_staging().allocations(), 0);
+  int requests = 0;
+  for (const RecordedBatch& b : executor_->batches()) {
+    for (const auto& r : b.requests) {
+      EXPECT_EQ(r.memory, runtime::MemoryKind::kDevice);
+      EXPECT_TRUE(r.in_staging) << "q/k/v/out outside the executor's staging memory";
+      ++requests;
+    }
+  }
+  EXPECT_EQ(requests, 2);
+  scheduler_.reset();
+  EXPECT_EQ(executor_->fake_staging().live(), 0u) << "staging not returned to the executor";
+}
+
+void SchedulerTest::RunRoutingCase() {
   // Result in DecodeResult (no destination), with LSE.
   DecodeRequest a = Request(11, 1, 2);
   a.want_lse = true;

@@ -50,12 +50,61 @@ struct FakeExecutorOptions {
   bool write_outputs = true;
   // Sequence ids [0, max_sequences) may be created.
   int max_sequences = 4096;
+  // Offer staging_memory() (heap-backed, ranges tracked): the scheduler then stages requests in
+  // it and submits them as kDevice, as with a GPU executor.
+  bool offer_staging_memory = false;
+};
+
+// Heap memory standing in for a GPU executor's mapped staging: counts allocations and knows
+// whether a pointer lies in memory it handed out.
+class FakeStagingMemory final : public runtime::StagingMemory {
+ public:
+  ~FakeStagingMemory() override {
+    for (auto& [base, bytes] : live_) ::operator delete(reinterpret_cast<void*>(base));
+  }
+  void* Allocate(std::size_t bytes) override {
+    void* p = ::operator new(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+    ++allocations_;
+    return p;
+  }
+  void Free(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.erase(reinterpret_cast<std::uintptr_t>(p));
+    }
+    ::operator delete(p);
+  }
+  bool Contains(const void* p) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.upper_bound(a);
+    if (it == live_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+  int allocations() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return allocations_;
+  }
+  std::size_t live() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uintptr_t, std::size_t> live_;  // guarded by mu_
+  int allocations_ = 0;                          // guarded by mu_
 };
 
 struct RecordedRequest {
   runtime::SequenceId sequence_id = 0;
   int layer = 0;
   std::uint64_t tag = 0;  // q[0..3] bits: tests put a request id there
+  runtime::MemoryKind memory = runtime::MemoryKind::kHost;
+  bool in_staging = false;  // q, k, v and out all lie in the fake staging memory
 };
 
 struct RecordedBatch {
@@ -96,6 +145,10 @@ class FakeExecutor final : public runtime::Executor {
   int max_batch_size() const override { return options_.max_batch_size; }
   std::vector<int> buckets() const override { return options_.buckets; }
   int max_in_flight() const override { return options_.max_in_flight; }
+  runtime::StagingMemory* staging_memory() override {
+    return options_.offer_staging_memory ? &staging_ : nullptr;
+  }
+  const FakeStagingMemory& fake_staging() const { return staging_; }
 
   Status Submit(runtime::Batch batch, runtime::BatchDoneFn done) override {
     const int n = static_cast<int>(batch.requests.size());
@@ -119,7 +172,9 @@ class FakeExecutor final : public runtime::Executor {
       RecordedBatch rec;
       rec.requests.reserve(n);
       for (const auto& r : batch.requests) {
-        rec.requests.push_back({r.sequence_id, r.layer, ReadTag(r.q)});
+        const bool in_staging = staging_.Contains(r.q) && staging_.Contains(r.k) &&
+                                staging_.Contains(r.v) && staging_.Contains(r.out);
+        rec.requests.push_back({r.sequence_id, r.layer, ReadTag(r.q), r.memory, in_staging});
       }
       recorded_.push_back(std::move(rec));
     }
@@ -248,6 +303,8 @@ class FakeExecutor final : public runtime::Executor {
   }
 
  private:
+  FakeStagingMemory staging_;  // first member: outlives nothing that uses it
+
   struct Job {
     runtime::Batch batch;
     runtime::BatchDoneFn done;
