@@ -38,7 +38,7 @@ struct SlotPool::Slab {
 };
 
 SlotPool::SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems,
-                   int slab_slots, runtime::StagingMemory* staging)
+                   int slab_slots, runtime::StagingMemory* staging, std::size_t staged_slots)
     : q_elems_(q_elems),
       kv_elems_(kv_elems),
       lse_elems_(lse_elems),
@@ -46,14 +46,28 @@ SlotPool::SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_el
       stride_(RoundUp(q_elems * sizeof(Half)) * 2 + RoundUp(kv_elems * sizeof(Half)) * 2 +
               RoundUp(lse_elems * sizeof(float))),
       slab_slots_(slab_slots),
-      staging_(staging) {}
+      staging_(staging) {
+  // The staged working set up front: allocating device-visible memory (cudaHostAlloc) takes
+  // milliseconds and driver locks, so it never happens on the submit path.
+  if (staging_ != nullptr && staged_slots > 0) {
+    std::lock_guard<std::mutex> lock(grow_mu_);
+    for (std::size_t have = 0; have < staged_slots; have += slabs_.back()->count) {
+      AddSlab(std::max<std::size_t>(slab_slots_, 1), staging_, nullptr, 0);
+    }
+  }
+}
 
 SlotPool::~SlotPool() = default;
 
 void SlotPool::Grow(Slot** out, std::size_t n) {
   std::lock_guard<std::mutex> lock(grow_mu_);
-  const std::size_t count = std::max<std::size_t>(slab_slots_, n);
-  auto slab = std::make_unique<Slab>(count, stride_, staging_);
+  // Past the staged working set: heap memory (those requests take the executor's copy path).
+  AddSlab(std::max<std::size_t>(slab_slots_, n), nullptr, out, n);
+}
+
+void SlotPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, Slot** out,
+                       std::size_t n) {
+  auto slab = std::make_unique<Slab>(count, stride_, memory);
   std::vector<Slot*> rest;
   rest.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {

@@ -67,10 +67,11 @@ struct Slot {
 // before the pool dies, so a stale pointer (in a RequestHandle) stays dereferenceable.
 class SlotPool {
  public:
-  // Element counts of each staging region; `slab_slots` slots are allocated at a time, their
-  // staging from `staging` where it is given and has memory (else from the heap).
+  // Element counts of each staging region; `slab_slots` slots are allocated at a time. With
+  // `staging`, at least `staged_slots` slots are allocated at once from it (device-visible: the
+  // working set of requests in flight); growth past them uses the heap.
   SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems, int slab_slots,
-           runtime::StagingMemory* staging = nullptr);
+           runtime::StagingMemory* staging = nullptr, std::size_t staged_slots = 0);
   ~SlotPool();
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
@@ -85,14 +86,20 @@ class SlotPool {
   void ReleaseBulk(Slot* const* slots, std::size_t n);
 
   std::size_t capacity() const;
+  // Slots the per-thread caches may hold at once.
+  static constexpr std::size_t kCachedSlots = 16 * 32;
   std::size_t staging_bytes_per_slot() const { return stride_; }
 
  private:
   struct Slab;
   void Grow(Slot** out, std::size_t n);
+  // Carves a slab of `count` slots (staging from `memory`, or the heap when null or out of
+  // memory); hands the first n to out, frees the rest. Holds grow_mu_.
+  void AddSlab(std::size_t count, runtime::StagingMemory* memory, Slot** out, std::size_t n);
 
   static constexpr int kShards = 16;
   static constexpr std::size_t kShardRefill = 32;
+  static_assert(kCachedSlots == kShards * kShardRefill);
   struct alignas(64) Shard {
     std::mutex mu;
     std::vector<Slot*> slots;  // guarded by mu

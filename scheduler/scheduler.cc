@@ -97,8 +97,12 @@ class Scheduler::Impl final : public ClockListener {
         default_timeout_ns_(
             std::chrono::duration_cast<std::chrono::nanoseconds>(options.default_timeout)
                 .count()),
+        // Device-visible staging for the working set: the batches in flight, two more forming,
+        // and what the producers' caches hold; a backlog beyond that is staged on the heap.
         pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kSlotsPerSlab,
-              executor->staging_memory()),
+              executor->staging_memory(),
+              static_cast<std::size_t>(max_in_flight_ + 2) * options.max_batch_size +
+                  internal::SlotPool::kCachedSlots),
         pending_(options.num_priority_levels),
         completion_pool_(static_cast<std::size_t>(options.completion_threads)) {}
 
