@@ -44,7 +44,7 @@ struct ToolOptions {
   int slots = attnrt::runtime::CudaExecutorOptions{}.num_slots;
   // Enough submitting threads that the load generator is not the bottleneck on a GPU host,
   // without taking the cores a CPU executor computes on.
-  bool staging_memory = true;
+  bool staging_memory = false;
   int producers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
 };
 
@@ -73,10 +73,10 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   flags.Int("--criteria-window-us", &o->criteria_window_us, "window for the criteria runs");
   flags.Int("--producers", &o->producers,
             "threads submitting the Poisson arrivals (each with its own scheduler Producer)", 1, 64);
-  bool no_staging = false;
-  flags.Bool("--no-staging-memory", &no_staging,
-             "CUDA executor: the scheduler stages requests in ordinary memory (copied through the "
-             "executor's pinned staging) instead of the executor's mapped staging memory");
+  flags.Bool("--staging-memory", &o->staging_memory,
+             "CUDA executor: the scheduler stages requests in the executor's mapped staging "
+             "memory, read and written in place by the graph (CudaExecutorOptions::"
+             "offer_staging_memory), instead of copying through its pinned staging");
   flags.Int("--slots", &o->slots,
             "CUDA executor: pieces in flight, each with its own staging (CudaExecutorOptions::"
             "num_slots)",
@@ -85,7 +85,6 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   flags.Bool("--no-sweep", &no_sweep, "skip the sweep (criteria only)");
   const int rc = flags.Parse(argc, argv);
   o->sweep = !no_sweep;
-  o->staging_memory = !no_staging;
   return rc;
 }
 

@@ -56,8 +56,12 @@ struct CudaExecutorOptions {
   // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
   int pack_threads = -1;
   // Offer staging_memory() (pinned, mapped host memory): a scheduler stages requests in it and
-  // submits them as kDevice, so no q/k/v/out copy runs on the host. Off: staging_memory() is null.
-  bool offer_staging_memory = true;
+  // submits them as kDevice, so no q/k/v/out copy runs on the host; the graph's gather and
+  // scatter kernels cross PCIe instead. Off by default: on the H100 (PCIe) it measured slower
+  // than the copy path (scheduler at saturation 0.73x vs 0.86x of the executor's capacity at
+  // max batch 128; bench/results/2026-11-21_h100_staging-ab/). Try it where host memory is
+  // close to the GPU (coherent NVLink-C2C).
+  bool offer_staging_memory = false;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all slots.

@@ -242,7 +242,9 @@ TEST_F(CudaExecutorGpuTest, DeviceAndHostMemoryInTheSameGraphs) {
 // the graph's gather reads q/k/v from host memory and its scatter writes out/lse there; mixed
 // with ordinary host requests in one batch.
 TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
-  auto ex = Make(Options());
+  CudaExecutorOptions o = Options();
+  o.offer_staging_memory = true;
+  auto ex = Make(o);
   ASSERT_NE(ex, nullptr);
   StagingMemory* staging = ex->staging_memory();
   ASSERT_NE(staging, nullptr);
