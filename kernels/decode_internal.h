@@ -37,14 +37,20 @@ Status SimpleLaunch(const ModelShape& shape, const DecodeBatchView& batch, const
 // "split_kv_simt" (CUDA-core FP32 dot products) and "split_kv" (tensor cores, production).
 enum class SplitKvFamily { kSimt, kTensorCore };
 
-Status SplitKvSimtSupports(const ModelShape& shape);
-std::size_t SplitKvSimtWorkspaceBytes(const ModelShape& shape, int capacity);
-Status SplitKvSimtLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                         const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream);
-Status SplitKvTcSupports(const ModelShape& shape);
-std::size_t SplitKvTcWorkspaceBytes(const ModelShape& shape, int capacity);
-Status SplitKvTcLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                       const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream);
+// A family's decode-variant entry points (the variant table's supports / workspace_bytes /
+// launch): both use the tuned launch configuration. Instantiated for both families in
+// split_kv_launch.cu.
+constexpr std::string_view SplitKvVariantName(SplitKvFamily family) {
+  return family == SplitKvFamily::kSimt ? "split_kv_simt" : "split_kv";
+}
+template <SplitKvFamily kFamily>
+Status SplitKvSupports(const ModelShape& shape);
+template <SplitKvFamily kFamily>
+std::size_t SplitKvVariantWorkspaceBytes(const ModelShape& shape, int capacity);
+template <SplitKvFamily kFamily>
+Status SplitKvVariantLaunch(const ModelShape& shape, const DecodeBatchView& batch,
+                            const KvPoolView& pools, DecodeWorkspace workspace,
+                            cudaStream_t stream);
 
 // How a slot's context is cut into splits. The grid has `max_splits` CTAs per (slot, kv head);
 // a slot uses as many as its own length allows (at least `min_tiles` tiles each), the rest exit.
@@ -107,13 +113,13 @@ SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily
 SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity,
                             SplitKvFamily family = SplitKvFamily::kTensorCore);
 
-// Kernel arguments shared by both families and the merge kernel.
-struct SplitKvParams {
+// Kernel arguments every paged-decode kernel takes: the pools, the batch's metadata, q, out, lse.
+struct PagedDecodeParams {
   const Half* k;
   const Half* v;
   std::int64_t layer_stride;
   std::int64_t block_stride;
-  int log2_block_size;
+  int log2_block_size;  // block sizes are powers of two (CheckKernelShape)
   int num_q_heads;
   int group;
   int max_blocks_per_seq;
@@ -123,7 +129,14 @@ struct SplitKvParams {
   const Half* q;
   Half* out;
   float* lse;
-  float scale_log2;
+  float scale_log2;  // softmax scale * log2(e): scores in log2 units
+};
+// From views that passed CheckLaunchViews.
+PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBatchView& batch,
+                                        const KvPoolView& pools);
+
+// Kernel arguments shared by both split-KV families and the merge kernel.
+struct SplitKvParams : PagedDecodeParams {
   SplitKvPlan plan;
   float* partial_out;  // [capacity][H][max_splits][D]
   float* partial_lse;  // [capacity][H][max_splits], log2 units

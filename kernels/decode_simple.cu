@@ -14,26 +14,8 @@ namespace {
 constexpr int kSimpleThreads = 128;
 constexpr int kSimpleWarps = kSimpleThreads / 32;
 
-struct SimpleParams {
-  const Half* k;
-  const Half* v;
-  std::int64_t layer_stride;
-  std::int64_t block_stride;
-  int block_size;
-  int num_q_heads;
-  int group;
-  int max_blocks_per_seq;
-  const std::int32_t* kv_lengths;
-  const std::int32_t* layers;
-  const std::int32_t* block_tables;
-  const Half* q;
-  Half* out;
-  float* lse;
-  float scale_log2;
-};
-
 template <int kHeadDim>
-__global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const SimpleParams p) {
+__global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const PagedDecodeParams p) {
   constexpr int kPerLane = kHeadDim / 32;  // 2, 4 or 8 consecutive elements per lane
   const int h = blockIdx.x;
   const int slot = blockIdx.y;
@@ -42,7 +24,7 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Simpl
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int kv_head = h / p.group;
-  const int num_kv_heads = p.num_q_heads / p.group;
+  const int block_size = 1 << p.log2_block_size;
 
   const std::int64_t q_row = (static_cast<std::int64_t>(slot) * p.num_q_heads + h) * kHeadDim;
   float q[kPerLane];
@@ -52,14 +34,13 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Simpl
            p.scale_log2;
   }
   const std::int64_t head_base = p.layers[slot] * p.layer_stride +
-                                 static_cast<std::int64_t>(kv_head) * p.block_size * kHeadDim;
+                                 static_cast<std::int64_t>(kv_head) * block_size * kHeadDim;
   const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(slot) * p.max_blocks_per_seq;
-  (void)num_kv_heads;
 
   float m = kNoScore, l = 0.0f, acc[kPerLane] = {};
   for (int t = warp; t < len; t += kSimpleWarps) {
-    const std::int64_t off = head_base + table[t / p.block_size] * p.block_stride +
-                             static_cast<std::int64_t>(t % p.block_size) * kHeadDim +
+    const std::int64_t off = head_base + table[t >> p.log2_block_size] * p.block_stride +
+                             static_cast<std::int64_t>(t & (block_size - 1)) * kHeadDim +
                              lane * kPerLane;
     const __half* k = reinterpret_cast<const __half*>(p.k) + off;
     const __half* v = reinterpret_cast<const __half*>(p.v) + off;
@@ -118,21 +99,7 @@ Status SimpleLaunch(const ModelShape& shape, const DecodeBatchView& batch, const
   ATTNRT_RETURN_IF_ERROR(SimpleSupports(shape));
   ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
   if (batch.capacity == 0) return Status::Ok();
-  SimpleParams p{pools.k,
-                 pools.v,
-                 pools.layer_stride(),
-                 pools.block_stride(),
-                 pools.block_size,
-                 batch.num_q_heads,
-                 shape.group_size(),
-                 batch.max_blocks_per_seq,
-                 batch.kv_lengths,
-                 batch.layers,
-                 batch.block_tables,
-                 batch.q,
-                 batch.out,
-                 batch.lse,
-                 batch.scale * kLog2e};
+  const PagedDecodeParams p = MakePagedDecodeParams(shape, batch, pools);
   const dim3 grid(batch.num_q_heads, batch.capacity);
   switch (shape.head_dim) {
     case 64: SimpleDecodeKernel<64><<<grid, kSimpleThreads, 0, stream>>>(p); break;

@@ -320,16 +320,4 @@ SplitKvKernel TcKernelFor(int head_dim, int warps) {
   }
 }
 
-Status SplitKvTcSupports(const ModelShape& shape) { return CheckKernelShape(shape, "split_kv"); }
-std::size_t SplitKvTcWorkspaceBytes(const ModelShape& shape, int capacity) {
-  return SplitKvWorkspaceBytes(SplitKvFamily::kTensorCore, TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, capacity), shape,
-                               capacity);
-}
-Status SplitKvTcLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                       const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream) {
-  return LaunchSplitKv(SplitKvFamily::kTensorCore, "split_kv",
-                       TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, batch.capacity), shape, batch,
-                       pools, workspace, stream);
-}
-
 }  // namespace attnrt::kernels

@@ -266,18 +266,4 @@ SplitKvKernel SimtKernelFor(int head_dim, int group) {
   }
 }
 
-Status SplitKvSimtSupports(const ModelShape& shape) {
-  return CheckKernelShape(shape, "split_kv_simt");
-}
-std::size_t SplitKvSimtWorkspaceBytes(const ModelShape& shape, int capacity) {
-  return SplitKvWorkspaceBytes(SplitKvFamily::kSimt, TunedLaunchConfig(SplitKvFamily::kSimt, shape, capacity), shape,
-                               capacity);
-}
-Status SplitKvSimtLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                         const KvPoolView& pools, DecodeWorkspace workspace, cudaStream_t stream) {
-  return LaunchSplitKv(SplitKvFamily::kSimt, "split_kv_simt",
-                       TunedLaunchConfig(SplitKvFamily::kSimt, shape, batch.capacity), shape, batch,
-                       pools, workspace, stream);
-}
-
 }  // namespace attnrt::kernels

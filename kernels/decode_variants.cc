@@ -13,8 +13,12 @@ namespace {
 
 constexpr std::array<DecodeVariant, 3> kVariants = {{
     {"simple", SimpleSupports, SimpleWorkspaceBytes, SimpleLaunch},
-    {"split_kv_simt", SplitKvSimtSupports, SplitKvSimtWorkspaceBytes, SplitKvSimtLaunch},
-    {"split_kv", SplitKvTcSupports, SplitKvTcWorkspaceBytes, SplitKvTcLaunch},
+    {SplitKvVariantName(SplitKvFamily::kSimt), SplitKvSupports<SplitKvFamily::kSimt>,
+     SplitKvVariantWorkspaceBytes<SplitKvFamily::kSimt>,
+     SplitKvVariantLaunch<SplitKvFamily::kSimt>},
+    {SplitKvVariantName(SplitKvFamily::kTensorCore), SplitKvSupports<SplitKvFamily::kTensorCore>,
+     SplitKvVariantWorkspaceBytes<SplitKvFamily::kTensorCore>,
+     SplitKvVariantLaunch<SplitKvFamily::kTensorCore>},
 }};
 
 bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -37,7 +41,7 @@ const DecodeVariant& DefaultDecodeVariant() { return kVariants.back(); }
 Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
                              const DecodeBatchView& batch, const KvPoolView& pools,
                              DecodeWorkspace workspace, cudaStream_t stream) {
-  if (variant.launch == SplitKvTcLaunch) {
+  if (variant.launch == SplitKvVariantLaunch<SplitKvFamily::kTensorCore>) {
     return LaunchSplitKv(SplitKvFamily::kTensorCore, variant.name,
                          TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, batch.capacity),
                          shape, batch, pools, workspace, stream, /*fuse_append=*/true);

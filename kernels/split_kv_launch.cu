@@ -154,6 +154,27 @@ Status LaunchWithPdl(const void* fn, dim3 grid, int threads, int smem, cudaStrea
 
 }  // namespace
 
+PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBatchView& batch,
+                                        const KvPoolView& pools) {
+  PagedDecodeParams p{};
+  p.k = pools.k;
+  p.v = pools.v;
+  p.layer_stride = pools.layer_stride();
+  p.block_stride = pools.block_stride();
+  p.log2_block_size = __builtin_ctz(static_cast<unsigned>(shape.block_size));
+  p.num_q_heads = batch.num_q_heads;
+  p.group = shape.group_size();
+  p.max_blocks_per_seq = batch.max_blocks_per_seq;
+  p.kv_lengths = batch.kv_lengths;
+  p.layers = batch.layers;
+  p.block_tables = batch.block_tables;
+  p.q = batch.q;
+  p.out = batch.out;
+  p.lse = batch.lse;
+  p.scale_log2 = batch.scale * kLog2e;
+  return p;
+}
+
 SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family,
                             const SplitKvLaunchConfig& config) {
   const SplitKvKernel k = KernelFor(family, config, shape);
@@ -205,21 +226,7 @@ Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
                                 std::to_string(batch.capacity) + ")");
   }
   SplitKvParams p{};
-  p.k = pools.k;
-  p.v = pools.v;
-  p.layer_stride = pools.layer_stride();
-  p.block_stride = pools.block_stride();
-  p.log2_block_size = __builtin_ctz(static_cast<unsigned>(shape.block_size));
-  p.num_q_heads = batch.num_q_heads;
-  p.group = shape.group_size();
-  p.max_blocks_per_seq = batch.max_blocks_per_seq;
-  p.kv_lengths = batch.kv_lengths;
-  p.layers = batch.layers;
-  p.block_tables = batch.block_tables;
-  p.q = batch.q;
-  p.out = batch.out;
-  p.lse = batch.lse;
-  p.scale_log2 = batch.scale * kLog2e;
+  static_cast<PagedDecodeParams&>(p) = MakePagedDecodeParams(shape, batch, pools);
   p.plan = plan;
   p.k_new = batch.k_new;
   p.v_new = batch.v_new;
@@ -240,5 +247,33 @@ Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
   }
   return Status::Ok();
 }
+
+template <SplitKvFamily kFamily>
+Status SplitKvSupports(const ModelShape& shape) {
+  return CheckKernelShape(shape, SplitKvVariantName(kFamily));
+}
+template <SplitKvFamily kFamily>
+std::size_t SplitKvVariantWorkspaceBytes(const ModelShape& shape, int capacity) {
+  return SplitKvWorkspaceBytes(kFamily, TunedLaunchConfig(kFamily, shape, capacity), shape,
+                               capacity);
+}
+template <SplitKvFamily kFamily>
+Status SplitKvVariantLaunch(const ModelShape& shape, const DecodeBatchView& batch,
+                            const KvPoolView& pools, DecodeWorkspace workspace,
+                            cudaStream_t stream) {
+  return LaunchSplitKv(kFamily, SplitKvVariantName(kFamily),
+                       TunedLaunchConfig(kFamily, shape, batch.capacity), shape, batch, pools,
+                       workspace, stream);
+}
+
+#define ATTNRT_SPLIT_KV_VARIANT(family)                                                      \
+  template Status SplitKvSupports<family>(const ModelShape&);                                \
+  template std::size_t SplitKvVariantWorkspaceBytes<family>(const ModelShape&, int);         \
+  template Status SplitKvVariantLaunch<family>(const ModelShape&, const DecodeBatchView&,    \
+                                               const KvPoolView&, DecodeWorkspace,          \
+                                               cudaStream_t);
+ATTNRT_SPLIT_KV_VARIANT(SplitKvFamily::kSimt)
+ATTNRT_SPLIT_KV_VARIANT(SplitKvFamily::kTensorCore)
+#undef ATTNRT_SPLIT_KV_VARIANT
 
 }  // namespace attnrt::kernels
