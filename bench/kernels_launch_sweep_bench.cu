@@ -75,12 +75,6 @@ std::vector<SplitKvLaunchConfig> Configs(int head_dim) {
   return out;
 }
 
-bool IsDefault(const SplitKvLaunchConfig& c) {
-  const SplitKvLaunchConfig d;
-  return c.warps == d.warps && c.ctas_per_sm == d.ctas_per_sm &&
-         c.min_split_tokens == d.min_split_tokens;
-}
-
 ModelShape ShapeOf(const Family& f) {
   ModelShape s;
   s.num_layers = 1;
@@ -246,7 +240,7 @@ int Run(int argc, char** argv) {
       for (const auto& [key, sc] : log_sum) {
         const SplitKvLaunchConfig c{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
         const double score = std::exp(sc.first / sc.second);
-        if (IsDefault(c)) pick.default_score = score;
+        if (c == SplitKvLaunchConfig{}) pick.default_score = score;
         if (score < pick.score) {
           pick.score = score;
           pick.config = c;
@@ -270,7 +264,7 @@ int Run(int argc, char** argv) {
   for (const Timing& t : timings) {
     auto& [best, def] = per_shape[{t.head_dim, t.group, t.batch, t.context}];
     if (best == nullptr || t.us < best->us) best = &t;
-    if (IsDefault(t.config)) def = &t;
+    if (t.config == SplitKvLaunchConfig{}) def = &t;
   }
   for (const auto& [key, bd] : per_shape) {
     const auto& [best, def] = bd;
@@ -298,11 +292,7 @@ int Run(int argc, char** argv) {
       const bool first = i == 0 || picks[i - 1].head_dim != p.head_dim || picks[i - 1].group != p.group;
       int min_work = 1;
       if (!first) {
-        const SplitKvLaunchConfig& prev = picks[i - 1].config;
-        if (prev.warps == p.config.warps && prev.ctas_per_sm == p.config.ctas_per_sm &&
-            prev.min_split_tokens == p.config.min_split_tokens) {
-          continue;
-        }
+        if (picks[i - 1].config == p.config) continue;
         min_work = static_cast<int>(std::lround(std::sqrt(double(picks[i - 1].work) * p.work)));
       }
       char line[200];

@@ -85,6 +85,8 @@ struct SplitKvLaunchConfig {
   // CTAs when W < sms, else do not split.
   int ctas_per_sm = 0;
   int min_split_tokens = 256;  // a context is split only into pieces at least this long
+
+  bool operator==(const SplitKvLaunchConfig&) const = default;
 };
 // "warps=4 ctas_per_sm=0 min_split_tokens=256" (logs, reports, test names).
 std::string ToString(const SplitKvLaunchConfig& config);

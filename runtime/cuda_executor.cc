@@ -20,7 +20,6 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -31,6 +30,7 @@
 #include "kernels/gemm_path.h"
 #include "kvcache/kvcache.h"
 #include "runtime/batch_io_kernels.h"
+#include "runtime/address_ranges.h"
 #include "runtime/batch_plan.h"
 #include "runtime/copy_pool.h"
 #include "runtime/cuda_resources.h"
@@ -167,31 +167,19 @@ class MappedStagingMemory final : public StagingMemory {
       cudaFreeHost(p);
       return nullptr;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    ranges_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+    ranges_.Add(p, bytes);
     return p;
   }
   void Free(void* p) override {
     if (p == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ranges_.erase(reinterpret_cast<std::uintptr_t>(p));
-    }
+    ranges_.Remove(p);
     cudaFreeHost(p);
   }
   // True if p lies in memory this allocator handed out.
-  bool Contains(const void* p) const {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = ranges_.upper_bound(a);
-    if (it == ranges_.begin()) return false;
-    --it;
-    return a < it->first + it->second;
-  }
+  bool Contains(const void* p) const { return ranges_.Contains(p); }
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::uintptr_t, std::size_t> ranges_;  // GUARDED_BY(mu_): base -> bytes
+  AddressRanges ranges_;
 };
 
 struct CudaExecutor::Impl {

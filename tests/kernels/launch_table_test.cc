@@ -19,11 +19,6 @@ ModelShape Shape(int q_heads, int kv_heads, int head_dim) {
   return s;
 }
 
-bool SameConfig(const SplitKvLaunchConfig& a, const SplitKvLaunchConfig& b) {
-  return a.warps == b.warps && a.ctas_per_sm == b.ctas_per_sm &&
-         a.min_split_tokens == b.min_split_tokens;
-}
-
 TEST(LaunchTableTest, RowsAreSupportedAndOrdered) {
   const auto rows = TunedLaunchTable();
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -47,16 +42,16 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
     // kv heads 1: work items = capacity.
     const ModelShape s = Shape(r.group, 1, r.head_dim);
     const SplitKvLaunchConfig at = TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work);
-    EXPECT_TRUE(SameConfig(at, r.config)) << "D" << r.head_dim << " G" << r.group << " work "
+    EXPECT_TRUE(at == r.config) << "D" << r.head_dim << " G" << r.group << " work "
                                           << r.min_work << ": got " << ToString(at);
   }
   // A (head dim, group) no row names (D 256, G 8) gets the default configuration, as does the
   // SIMT family.
   const SplitKvLaunchConfig def;
-  EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4), def));
-  EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kSimt, Shape(32, 32, 128), 32), def));
+  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4) == def);
+  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kSimt, Shape(32, 32, 128), 32) == def);
   // An invalid shape does not crash the lookup (the launch reports it).
-  EXPECT_TRUE(SameConfig(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4), def));
+  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4) == def);
 }
 
 TEST(LaunchTableTest, BadConfigurationsNameTheField) {

@@ -25,6 +25,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "runtime/address_ranges.h"
 #include "runtime/executor.h"
 
 namespace attnrt::testing {
@@ -59,44 +60,23 @@ struct FakeExecutorOptions {
 // whether a pointer lies in memory it handed out.
 class FakeStagingMemory final : public runtime::StagingMemory {
  public:
-  ~FakeStagingMemory() override {
-    for (auto& [base, bytes] : live_) ::operator delete(reinterpret_cast<void*>(base));
-  }
   void* Allocate(std::size_t bytes) override {
     void* p = ::operator new(bytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    live_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
-    ++allocations_;
+    ranges_.Add(p, bytes);
+    allocations_.fetch_add(1, std::memory_order_relaxed);
     return p;
   }
   void Free(void* p) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      live_.erase(reinterpret_cast<std::uintptr_t>(p));
-    }
+    ranges_.Remove(p);
     ::operator delete(p);
   }
-  bool Contains(const void* p) const {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = live_.upper_bound(a);
-    if (it == live_.begin()) return false;
-    --it;
-    return a < it->first + it->second;
-  }
-  int allocations() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return allocations_;
-  }
-  std::size_t live() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return live_.size();
-  }
+  bool Contains(const void* p) const { return ranges_.Contains(p); }
+  int allocations() const { return allocations_.load(std::memory_order_relaxed); }
+  std::size_t live() const { return ranges_.size(); }
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::uintptr_t, std::size_t> live_;  // guarded by mu_
-  int allocations_ = 0;                          // guarded by mu_
+  runtime::AddressRanges ranges_;
+  std::atomic<int> allocations_{0};
 };
 
 struct RecordedRequest {

@@ -1,0 +1,30 @@
+// AddressRanges: membership is [base, base + bytes), ranges come and go independently.
+#include "runtime/address_ranges.h"
+
+#include <gtest/gtest.h>
+
+namespace attnrt::runtime {
+namespace {
+
+TEST(AddressRangesTest, ContainsExactlyTheHalfOpenRanges) {
+  char buf[160];
+  AddressRanges r;
+  EXPECT_FALSE(r.Contains(buf));
+  r.Add(buf, 64);        // [0, 64)
+  r.Add(buf + 96, 32);   // [96, 128)
+  EXPECT_EQ(r.size(), 2u);
+  EXPECT_TRUE(r.Contains(buf));
+  EXPECT_TRUE(r.Contains(buf + 63));
+  EXPECT_FALSE(r.Contains(buf + 64)) << "one past the end is outside";
+  EXPECT_FALSE(r.Contains(buf + 95)) << "the gap between ranges";
+  EXPECT_TRUE(r.Contains(buf + 96));
+  EXPECT_TRUE(r.Contains(buf + 127));
+  EXPECT_FALSE(r.Contains(buf + 128));
+  r.Remove(buf);
+  EXPECT_FALSE(r.Contains(buf + 10));
+  EXPECT_TRUE(r.Contains(buf + 100));
+  EXPECT_EQ(r.size(), 1u);
+}
+
+}  // namespace
+}  // namespace attnrt::runtime
