@@ -28,23 +28,6 @@ namespace {
 
 using testing::DeviceArray;
 
-#define BENCH_CUDA(expr)                                                                   \
-  do {                                                                                     \
-    const cudaError_t e_ = (expr);                                                         \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::abort();                                                                        \
-    }                                                                                      \
-  } while (0)
-#define BENCH_OK(expr)                                                                     \
-  do {                                                                                     \
-    const ::attnrt::Status s_ = (expr);                                                    \
-    if (!s_.ok()) {                                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, s_.ToString().c_str()); \
-      std::abort();                                                                        \
-    }                                                                                      \
-  } while (0)
-
 constexpr std::size_t kRotationBytes = 256ull << 20;  // > 5x the H100's 50 MB L2
 constexpr int kMinSteps = 20;
 
@@ -131,17 +114,18 @@ Fixture& FixtureFor(const BenchShape& s) {
     in->max_blocks = m.max_blocks_per_sequence();
     in->num_blocks = s.batch * blocks_per_seq;
     const std::size_t pool = static_cast<std::size_t>(in->num_blocks) * m.kv_token_elems() * s.block_size;
-    BENCH_OK(in->k_pool.Allocate(pool));
-    BENCH_OK(in->v_pool.Allocate(pool));
+    bench::CheckOk(in->k_pool.Allocate(pool), "in->k_pool.Allocate");
+    bench::CheckOk(in->v_pool.Allocate(pool), "in->v_pool.Allocate");
     FillRandom(in->k_pool.get(), pool, 1000 + 2 * k);
     FillRandom(in->v_pool.get(), pool, 1001 + 2 * k);
     const std::size_t qn = static_cast<std::size_t>(s.batch) * s.q_heads * s.head_dim;
     const std::size_t kvn = static_cast<std::size_t>(s.batch) * s.kv_heads * s.head_dim;
-    BENCH_OK(in->q.Allocate(qn));
-    BENCH_OK(in->out.Allocate(qn));
-    BENCH_OK(in->k_new.Allocate(kvn));
-    BENCH_OK(in->v_new.Allocate(kvn));
-    BENCH_OK(in->lse.Allocate(static_cast<std::size_t>(s.batch) * s.q_heads));
+    bench::CheckOk(in->q.Allocate(qn), "in->q.Allocate");
+    bench::CheckOk(in->out.Allocate(qn), "in->out.Allocate");
+    bench::CheckOk(in->k_new.Allocate(kvn), "in->k_new.Allocate");
+    bench::CheckOk(in->v_new.Allocate(kvn), "in->v_new.Allocate");
+    bench::CheckOk(in->lse.Allocate(static_cast<std::size_t>(s.batch) * s.q_heads),
+                   "in->lse.Allocate");
     FillRandom(in->q.get(), qn, 77 + k);
     FillRandom(in->k_new.get(), kvn, 88 + k);
     FillRandom(in->v_new.get(), kvn, 99 + k);
@@ -155,12 +139,12 @@ Fixture& FixtureFor(const BenchShape& s) {
         tables[static_cast<std::size_t>(b) * in->max_blocks + j] = ids[b * blocks_per_seq + j];
       }
     }
-    BENCH_OK(in->tables.Upload(tables));
-    BENCH_OK(in->lengths.Upload(std::vector<std::int32_t>(s.batch, s.context)));
-    BENCH_OK(in->layers.Upload(std::vector<std::int32_t>(s.batch, 0)));
+    bench::CheckOk(in->tables.Upload(tables), "in->tables.Upload");
+    bench::CheckOk(in->lengths.Upload(std::vector<std::int32_t>(s.batch, s.context)), "in->lengths.Upload");
+    bench::CheckOk(in->layers.Upload(std::vector<std::int32_t>(s.batch, 0)), "in->layers.Upload");
     f.sets.push_back(std::move(in));
   }
-  BENCH_CUDA(cudaDeviceSynchronize());
+  bench::Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return f;
 }
 
@@ -176,7 +160,7 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   const int steps = (kMinSteps + n_sets - 1) / n_sets * n_sets;
   DeviceArray<char> ws_storage;
   const std::size_t ws_bytes = v->workspace_bytes(m, s->batch);
-  BENCH_OK(ws_storage.Allocate(ws_bytes));
+  bench::CheckOk(ws_storage.Allocate(ws_bytes), "ws_storage.Allocate");
   const DecodeWorkspace ws{ws_storage.get(), ws_bytes};
 
   auto views = [&](const InputSet& in) {
@@ -205,33 +189,33 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   };
 
   cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  bench::Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  bench::Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   for (int i = 0; i < steps; ++i) {
     const auto [pools, batch] = views(*f.sets[i % n_sets]);
     if (s->with_append) {
-      BENCH_OK(LaunchAppendAndDecode(*v, m, batch, pools, ws, stream));
+      bench::CheckOk(LaunchAppendAndDecode(*v, m, batch, pools, ws, stream), "LaunchAppendAndDecode");
     } else {
-      BENCH_OK(v->launch(m, batch, pools, ws, stream));
+      bench::CheckOk(v->launch(m, batch, pools, ws, stream), "v->launch");
     }
   }
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  bench::Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  bench::Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  for (int w = 0; w < 3; ++w) BENCH_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
-  BENCH_CUDA(cudaStreamSynchronize(stream));
+  bench::Check(cudaEventCreate(&a), "cudaEventCreate");
+  bench::Check(cudaEventCreate(&b), "cudaEventCreate");
+  for (int w = 0; w < 3; ++w) bench::Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");  // warm-up
+  bench::Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   std::vector<double> step_s;
   for (auto _ : state) {
-    BENCH_CUDA(cudaEventRecord(a, stream));
-    BENCH_CUDA(cudaGraphLaunch(exec, stream));
-    BENCH_CUDA(cudaEventRecord(b, stream));
-    BENCH_CUDA(cudaEventSynchronize(b));
+    bench::Check(cudaEventRecord(a, stream), "cudaEventRecord");
+    bench::Check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    bench::Check(cudaEventRecord(b, stream), "cudaEventRecord");
+    bench::Check(cudaEventSynchronize(b), "cudaEventSynchronize");
     float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    bench::Check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
     step_s.push_back(ms * 1e-3 / steps);
     state.SetIterationTime(step_s.back());
   }
