@@ -30,4 +30,20 @@ struct ModelShape {
   Status Validate() const;
 };
 
+// The batching and queue defaults, in one place: RuntimeOptions and the scheduler's own options
+// both start from these (exact semantics in scheduler/scheduler.h).
+namespace defaults {
+inline constexpr int kMaxBatchSize = 64;
+inline constexpr int kMaxQueueDelayUs = 100;
+inline constexpr int kMinBatchSize = 0;
+inline constexpr int kMaxQueueSize = 65536;
+inline constexpr std::int64_t kTimeoutUs = 10'000'000;  // 10 s; 0 would mean no deadline
+inline constexpr int kNumPriorityLevels = 2;
+// Non-finite q/k/v are rejected at Submit: a NaN or Inf in K/V would be stored in the cache and
+// poison every later output of its sequence. The scan is vectorised and costs far less than the
+// copy Submit makes anyway (bench/NOTES.md).
+inline constexpr bool kCheckFinite = true;
+inline constexpr int kCompletionThreads = 2;
+}  // namespace defaults
+
 }  // namespace attnrt

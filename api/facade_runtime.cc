@@ -3,6 +3,7 @@
 // in runtime/.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -48,14 +49,25 @@ class RuntimeImpl final : public Runtime {
   std::string device_description() const override { return description_; }
   const ModelShape& shape() const override { return executor_->shape(); }
 
-  Status CreateSequence(std::uint64_t id) override { return executor_->CreateSequence(id); }
-  Status ForkSequence(std::uint64_t parent, std::uint64_t child) override {
-    return executor_->ForkSequence(parent, child);
+  Status CreateSequence(std::uint64_t id) override {
+    ATTNRT_RETURN_IF_ERROR(CheckOpen("CreateSequence"));
+    return executor_->CreateSequence(id);
   }
-  Status FreeSequence(std::uint64_t id) override { return executor_->FreeSequence(id); }
+  Status ForkSequence(std::uint64_t parent, std::uint64_t child) override {
+    ATTNRT_RETURN_IF_ERROR(CheckOpen("ForkSequence"));
+    return scheduler_->RunIfSequenceIdle(
+        parent, "ForkSequence", [&] { return executor_->ForkSequence(parent, child); });
+  }
+  Status FreeSequence(std::uint64_t id) override {
+    ATTNRT_RETURN_IF_ERROR(CheckOpen("FreeSequence"));
+    return scheduler_->RunIfSequenceIdle(id, "FreeSequence",
+                                         [&] { return executor_->FreeSequence(id); });
+  }
 
   Status Prefill(std::uint64_t id, int layer, int num_tokens, std::span<const Half> k,
                  std::span<const Half> v) override {
+    ATTNRT_RETURN_IF_ERROR(CheckOpen("Prefill"));
+    ATTNRT_RETURN_IF_ERROR(CheckLayer(layer));
     if (num_tokens < 1) {
       return InvalidArgumentError("num_tokens = " + std::to_string(num_tokens) + ", expected >= 1");
     }
@@ -66,11 +78,23 @@ class RuntimeImpl final : public Runtime {
                                   " elements, expected num_tokens*Hkv*D = " +
                                   std::to_string(expected));
     }
-    return executor_->Prefill(id, layer, num_tokens, k.data(), v.data());
+    return scheduler_->RunIfSequenceIdle(id, "Prefill", [&] {
+      return executor_->Prefill(id, layer, num_tokens, k.data(), v.data());
+    });
   }
 
   StatusOr<int> SequenceLength(std::uint64_t id, int layer) const override {
+    ATTNRT_RETURN_IF_ERROR(CheckOpen("SequenceLength"));
+    ATTNRT_RETURN_IF_ERROR(CheckLayer(layer));
     return executor_->SequenceLength(id, layer);
+  }
+
+  KvCacheUsage kv_cache_usage() const override {
+    const runtime::ExecutorStats s = executor_->stats();
+    return KvCacheUsage{.blocks_total = s.kv_blocks_total,
+                        .blocks_in_use = s.kv_blocks_in_use,
+                        .sequences = s.sequences,
+                        .block_bytes = static_cast<std::int64_t>(kvcache::BlockBytes(shape()))};
   }
 
   StatusOr<Submission> Submit(const DecodeRequest& request) override {
@@ -82,7 +106,10 @@ class RuntimeImpl final : public Runtime {
   bool Cancel(const RequestHandle& handle) override { return scheduler_->Cancel(handle); }
 
   void Drain() override { scheduler_->Drain(); }
-  void Shutdown() override { scheduler_->Shutdown(); }
+  void Shutdown() override {
+    closed_.store(true);
+    scheduler_->Shutdown();
+  }
 
   std::string MetricsText() const override {
     std::string text = scheduler_->PrometheusText();
@@ -96,10 +123,33 @@ class RuntimeImpl final : public Runtime {
     text += "# HELP attnrt_executor_failed_batches_total Batches that failed as a whole.\n";
     text += "# TYPE attnrt_executor_failed_batches_total counter\n";
     text += "attnrt_executor_failed_batches_total " + std::to_string(s.failed_batches) + "\n";
+    text += "# HELP attnrt_kv_blocks KV cache blocks, by state (a leak shows as in_use growing).\n";
+    text += "# TYPE attnrt_kv_blocks gauge\n";
+    text += "attnrt_kv_blocks{state=\"in_use\"} " + std::to_string(s.kv_blocks_in_use) + "\n";
+    text += "attnrt_kv_blocks{state=\"free\"} " +
+            std::to_string(s.kv_blocks_total - s.kv_blocks_in_use) + "\n";
+    text += "# HELP attnrt_kv_block_bytes K+V bytes of one KV block (all layers).\n";
+    text += "# TYPE attnrt_kv_block_bytes gauge\n";
+    text += "attnrt_kv_block_bytes " + std::to_string(kvcache::BlockBytes(shape())) + "\n";
+    text += "# HELP attnrt_sequences Live sequences.\n";
+    text += "# TYPE attnrt_sequences gauge\n";
+    text += "attnrt_sequences " + std::to_string(s.sequences) + "\n";
     return text;
   }
 
  private:
+  Status CheckOpen(const char* call) const {
+    if (!closed_.load()) return Status::Ok();
+    return UnavailableError(std::string(call) +
+                            ": the runtime is shut down");
+  }
+  Status CheckLayer(int layer) const {
+    if (layer >= 0 && layer < shape().num_layers) return Status::Ok();
+    return InvalidArgumentError("layer " + std::to_string(layer) + " out of range [0, " +
+                                std::to_string(shape().num_layers) + ")");
+  }
+
+  std::atomic<bool> closed_{false};
   std::unique_ptr<runtime::Executor> executor_;
   std::string description_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // after executor_: destroyed first

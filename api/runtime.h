@@ -3,8 +3,8 @@
 // (or on the CPU executor where no GPU is present) and completes each with its output.
 // Includes no CUDA header.
 //
-// Thread safety: every method may be called from any thread, except that Create, Drain and
-// Shutdown are not concurrent with each other.
+// Thread safety: every method may be called from any thread, concurrently with any other
+// (Drain and Shutdown too; later calls wait for the first).
 #pragma once
 
 #include <chrono>
@@ -39,20 +39,32 @@ struct RuntimeOptions {
 
   // Batching window and queue policy (exact semantics in scheduler/scheduler.h, after Triton's
   // dynamic batcher).
-  int max_batch_size = 64;                         // B: most requests in one batch
-  std::chrono::microseconds max_queue_delay{100};  // longest wait of the oldest request; 0 = none
-  int min_batch_size = 0;                          // smallest early dispatch within the delay
-  int max_queue_size = 65536;                      // queued requests; more are rejected at once
-  std::chrono::microseconds default_timeout{std::chrono::seconds(10)};  // 0 = no deadline
-  int num_priority_levels = 2;
-  bool check_finite = false;                       // reject non-finite q/k/v at submit
-  int completion_threads = 2;                      // threads running callbacks / futures
+  int max_batch_size = defaults::kMaxBatchSize;  // B: most requests in one batch
+  // Longest wait of the oldest request; 0 = none.
+  std::chrono::microseconds max_queue_delay{defaults::kMaxQueueDelayUs};
+  int min_batch_size = defaults::kMinBatchSize;  // smallest early dispatch within the delay
+  int max_queue_size = defaults::kMaxQueueSize;  // queued requests; more are rejected at once
+  std::chrono::microseconds default_timeout{defaults::kTimeoutUs};  // 0 = no deadline
+  int num_priority_levels = defaults::kNumPriorityLevels;
+  // Reject non-finite q/k/v at Submit (InvalidArgument naming the tensor and element). On by
+  // default: with it off, a NaN/Inf in k or v is stored and poisons every later output of that
+  // sequence.
+  bool check_finite = defaults::kCheckFinite;
+  int completion_threads = defaults::kCompletionThreads;  // threads running callbacks / futures
 
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
   // debugging, decode kernel variant by name (empty = production default).
   std::vector<int> buckets;
   bool use_graphs = true;
   std::string decode_variant;
+};
+
+// How much of the KV cache is in use (Runtime::kv_cache_usage, and gauges in MetricsText).
+struct KvCacheUsage {
+  std::int64_t blocks_total = 0;
+  std::int64_t blocks_in_use = 0;   // held by sequences; a block shared by forks counts once
+  std::int64_t sequences = 0;
+  std::int64_t block_bytes = 0;     // K + V bytes of one block, all layers
 };
 
 class Runtime {
@@ -64,13 +76,22 @@ class Runtime {
   virtual std::string device_description() const = 0;
   virtual const ModelShape& shape() const = 0;
 
+  // Sequence management. FreeSequence, ForkSequence (of the parent) and Prefill change what a
+  // sequence's decodes read, so they fail with FailedPrecondition while any decode request of
+  // that sequence is outstanding (submitted, not yet completed: its result not yet visible) —
+  // wait for the results first. They never corrupt another sequence's cache.
+  // A decode that fails after its batch was formed (a device error) has taken its token, whose
+  // K/V is then undefined: later decodes and prefills of that (sequence, layer) fail with
+  // FailedPrecondition saying so until the sequence is freed.
   virtual Status CreateSequence(std::uint64_t id) = 0;
   virtual Status ForkSequence(std::uint64_t parent, std::uint64_t child) = 0;
   virtual Status FreeSequence(std::uint64_t id) = 0;
   // Writes a prompt's K and V ([num_tokens][Hkv][D] each) for one layer.
   virtual Status Prefill(std::uint64_t id, int layer, int num_tokens, std::span<const Half> k,
                          std::span<const Half> v) = 0;
+  // Tokens stored for (sequence, layer); InvalidArgument naming a layer out of range.
   virtual StatusOr<int> SequenceLength(std::uint64_t id, int layer) const = 0;
+  virtual KvCacheUsage kv_cache_usage() const = 0;
 
   // Submits one decode request (see api/request.h). q, k, v are copied before Submit returns. A
   // malformed request is rejected here with a Status naming the field (nothing is enqueued);
@@ -78,14 +99,18 @@ class Runtime {
   // (sequence, layer) run in submission order when submitted from one thread at one priority;
   // across threads, submit the next only after the previous completed (scheduler/scheduler.h).
   virtual StatusOr<Submission> Submit(const DecodeRequest& request) = 0;
-  // Callback form: `done` runs on a completion thread (never the caller's, never the batcher's).
+  // Callback form: `done` runs on a completion thread (never the caller's, never the batcher's);
+  // an empty `done` is rejected with InvalidArgument.
   virtual StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done) = 0;
   // True when the request will complete with Cancelled; false once it was dispatched.
   virtual bool Cancel(const RequestHandle& handle) = 0;
 
-  // Stops intake (later submits fail with Unavailable), finishes every admitted request, returns.
+  // Stops decode intake (later submits fail with Unavailable), finishes every admitted request,
+  // returns. Sequence calls still work.
   virtual void Drain() = 0;
-  // Fails what is still queued with Unavailable; later submits fail with Unavailable.
+  // Fails what is still queued with Unavailable, waits for what is running, returns. From the
+  // moment it begins every call above answers Unavailable (Submit, sequence management and
+  // SequenceLength alike); MetricsText and kv_cache_usage stay readable.
   virtual void Shutdown() = 0;
 
   // Prometheus text exposition of the scheduler's and executor's metrics.

@@ -162,6 +162,7 @@ class KvCache {
   const ModelShape& shape() const { return shape_; }
   std::int32_t num_blocks() const { return allocator_.num_blocks(); }
   BlockAllocator& allocator() { return allocator_; }
+  const BlockAllocator& allocator() const { return allocator_; }
   SequenceTable& sequences() { return sequences_; }
   const SequenceTable& sequences() const { return sequences_; }
   PoolMemory& pools() { return *pools_; }

@@ -115,6 +115,13 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
                              " is unknown");
       continue;
     }
+    if (lost_count_.load(std::memory_order_relaxed) > 0) {
+      status = LostTokenStatus(r.sequence_id, r.layer);
+      if (!status.ok()) {
+        status = WithPrefix(status, i);
+        continue;
+      }
+    }
     if (r.memory == MemoryKind::kDevice && device_check_ != nullptr) {
       status = device_check_(r, i);
       if (!status.ok()) continue;
@@ -151,6 +158,90 @@ Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* ro
   static_assert(sizeof(kvcache::BlockId) == sizeof(std::int32_t), "block ids are int32");
   std::memcpy(row, blocks->data(), needed * sizeof(std::int32_t));
   return Status::Ok();
+}
+
+Status BatchPlanner::LostTokenStatus(SequenceId id, int layer) const {
+  auto it = lost_.find({id, layer});
+  if (it == lost_.end()) return Status::Ok();
+  return FailedPreconditionError(
+      "sequence_id " + std::to_string(id) + " layer " + std::to_string(layer) +
+      " lost its token at position " + std::to_string(it->second.position) +
+      " when its batch failed (" + it->second.cause.ToString() +
+      "); its K/V there is undefined, so the sequence must be freed");
+}
+
+void BatchPlanner::MarkTokenLost(SequenceId id, int layer, int position, const Status& cause) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  if (!table_->Contains(id)) return;  // freed meanwhile: nothing left to protect
+  auto [it, inserted] = lost_.try_emplace({id, layer}, LostToken{position, cause});
+  if (inserted) {
+    lost_count_.fetch_add(1, std::memory_order_relaxed);
+  } else if (position < it->second.position) {
+    it->second = LostToken{position, cause};  // the earliest loss is the one that matters
+  }
+}
+
+Status BatchPlanner::CheckTokensIntact(SequenceId id, int layer, int kv_length) const {
+  if (lost_count_.load(std::memory_order_relaxed) == 0) return Status::Ok();
+  std::lock_guard<std::mutex> lock(table_mu_);
+  auto it = lost_.find({id, layer});
+  if (it == lost_.end() || it->second.position >= kv_length - 1) return Status::Ok();
+  return LostTokenStatus(id, layer);
+}
+
+void FillKvStats(const BatchPlanner& planner, const kvcache::KvCache& cache, ExecutorStats* stats) {
+  planner.WithTable([&](const kvcache::SequenceTable& table) {
+    stats->kv_blocks_total = cache.num_blocks();
+    stats->kv_blocks_in_use = cache.num_blocks() - cache.allocator().num_free();
+    stats->sequences = static_cast<std::int64_t>(table.num_sequences());
+    return 0;
+  });
+}
+
+void BatchPlanner::Settle(const Batch& batch, BatchPlan* plan) {
+  for (const PlannedRequest& p : plan->live) {
+    const BatchRequest& r = batch.requests[p.index];
+    Status& status = plan->statuses[p.index];
+    if (!status.ok()) {
+      MarkTokenLost(r.sequence_id, r.layer, p.kv_length - 1, status);
+    } else {
+      status = CheckTokensIntact(r.sequence_id, r.layer, p.kv_length);
+    }
+  }
+}
+
+Status BatchPlanner::Free(SequenceId id) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  ATTNRT_RETURN_IF_ERROR(table_->Free(id));
+  if (lost_count_.load(std::memory_order_relaxed) > 0) {
+    for (int layer = 0; layer < table_->shape().num_layers; ++layer) {
+      if (lost_.erase({id, layer}) > 0) lost_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  return Status::Ok();
+}
+
+Status BatchPlanner::Fork(SequenceId parent, SequenceId child) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  ATTNRT_RETURN_IF_ERROR(table_->Fork(parent, child));
+  if (lost_count_.load(std::memory_order_relaxed) > 0) {  // the child shares the lost positions
+    for (int layer = 0; layer < table_->shape().num_layers; ++layer) {
+      auto it = lost_.find({parent, layer});
+      if (it == lost_.end()) continue;
+      lost_.emplace(std::pair{child, layer}, it->second);
+      lost_count_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return Status::Ok();
+}
+
+Status BatchPlanner::Prefill(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
+                             const Half* k, const Half* v) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  if (lost_count_.load(std::memory_order_relaxed) > 0) {
+    ATTNRT_RETURN_IF_ERROR(LostTokenStatus(id, layer));
+  }
+  return PrefillCache(cache, id, layer, num_tokens, k, v);
 }
 
 }  // namespace attnrt::runtime

@@ -4,9 +4,11 @@
 // runtime/; no CUDA.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <cstdint>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "runtime/executor.h"
 
 namespace attnrt::runtime {
+
+class BatchPlanner;
 
 // A request that passed validation and now owns a new token of its (sequence, layer).
 struct PlannedRequest {
@@ -43,20 +47,36 @@ Status ValidatePrefill(const kvcache::SequenceTable& table, SequenceId id, int l
 
 // The prompt's K/V for one layer: validates, appends `num_tokens` to the table, applies any
 // copy-on-write copies and writes the tokens (synchronously). The caller has drained its
-// running batches first. A write error after the append leaves the length advanced (the cache
-// has no truncation); the Status says so.
+// running batches first and holds the submission lock. A write error after the append leaves
+// the length advanced (the cache has no truncation); the Status says so.
 Status PrefillCache(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
                     const Half* k, const Half* v);
+
+// The KV fields of ExecutorStats, read under the planner's table lock.
+void FillKvStats(const BatchPlanner& planner, const kvcache::KvCache& cache, ExecutorStats* stats);
 
 // Checks a kDevice request's pointers; returns a Status naming the field (the CUDA executor
 // passes one that asks the driver; null skips the check).
 using DevicePointerCheck = std::function<Status(const BatchRequest& request, int index)>;
 
-// Plans batches against one sequence table. Thread safety: none (the submitting thread owns it,
-// as it owns the table).
+// Plans batches against one sequence table, and keeps the two facts about in-flight work that
+// make sequence calls safe beside it.
 // Thread safety: the planner owns the lock of the sequence table. Plan and FillBlockRow take it
 // (the executor's submitting thread); sequence management and length queries from any other
 // thread go through WithTable, so the scheduler may ask SequenceLength while batches are planned.
+//
+// Submission lock: an executor holds LockSubmission() from Plan until the batch's work is queued
+// in order on its device (copy-on-write copies applied or queued, kernels launched or the job
+// queued), and every call that changes the cache (create, fork, free, prefill) holds it too. So
+// no such call lands between a batch's plan and its launch: a block freed by it is reused only by
+// work ordered after every queued batch (stream or worker order; Prefill drains first), and a
+// copy-on-write source cannot be freed and rewritten before its copy.
+//
+// Lost tokens: a request that passed Plan has taken its token; if its batch then fails, the K/V
+// at that position is undefined. The executor reports the batch's outcome with Settle before its
+// done callback; from then on requests and prefills of that (sequence, layer) fail with
+// FailedPrecondition saying why (as do results of later batches already in flight that attended
+// over the lost position), until the sequence is freed.
 class BatchPlanner {
  public:
   BatchPlanner(kvcache::SequenceTable* table, bool allow_device_memory,
@@ -78,6 +98,22 @@ class BatchPlanner {
     return fn(*table_);
   }
 
+  // See the class comment. Taken before table_mu_ when both are held.
+  [[nodiscard]] std::unique_lock<std::mutex> LockSubmission() {
+    return std::unique_lock<std::mutex>(submission_mu_);
+  }
+
+  // After a batch ran, before its done callback: each live request that failed lost its token
+  // (marked); each that succeeded but attended over a token lost earlier fails with that
+  // FailedPrecondition instead. Call in completion order.
+  void Settle(const Batch& batch, BatchPlan* plan);
+  // Free and fork of sequences under the table lock, keeping the lost-token marks in step.
+  Status Free(SequenceId id);
+  Status Fork(SequenceId parent, SequenceId child);
+  // PrefillCache under the table lock, refused on a (sequence, layer) that lost a token.
+  Status Prefill(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
+                 const Half* k, const Half* v);
+
  private:
   struct KeyHash {
     std::size_t operator()(const std::pair<SequenceId, int>& k) const {
@@ -86,8 +122,22 @@ class BatchPlanner {
     }
   };
 
+  struct LostToken {
+    int position = 0;
+    Status cause;
+  };
+
+  // The Status a request or prefill of (id, layer) gets, or OK. Requires table_mu_.
+  Status LostTokenStatus(SequenceId id, int layer) const;
+  void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause);
+  Status CheckTokensIntact(SequenceId id, int layer, int kv_length) const;
+
+  std::mutex submission_mu_;
   mutable std::mutex table_mu_;
   kvcache::SequenceTable* table_;  // GUARDED_BY(table_mu_)
+  // GUARDED_BY(table_mu_); lost_count_ lets the completion path skip the lock when empty.
+  std::unordered_map<std::pair<SequenceId, int>, LostToken, KeyHash> lost_;
+  std::atomic<int> lost_count_{0};
   bool allow_device_memory_;
   DevicePointerCheck device_check_;
   std::unordered_set<std::pair<SequenceId, int>, KeyHash> seen_;  // reused across batches

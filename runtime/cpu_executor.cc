@@ -56,6 +56,7 @@ Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
   }
   if (!done) return InvalidArgumentError("done is empty");
 
+  auto hold = planner_.LockSubmission();  // until the job is queued (batch_plan.h)
   auto job = std::make_unique<Job>();
   planner_.Plan(batch, &job->plan);
   // Snapshot the metadata now: later Submits move the table on.
@@ -98,12 +99,16 @@ void CpuExecutor::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    const Status run = Run(*job);
+    Status run = Run(*job);
+    if (run.ok() && inject_failures_.load() > 0 && inject_failures_.fetch_sub(1) > 0) {
+      run = InternalError("injected batch failure (InjectBatchFailuresForTesting)");
+    }
     if (!run.ok()) {
       for (const PlannedRequest& p : job->plan.live) {
         if (job->plan.statuses[p.index].ok()) job->plan.statuses[p.index] = run;
       }
     }
+    planner_.Settle(job->batch, &job->plan);
     job->done(std::move(job->plan.statuses));
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -180,25 +185,29 @@ void CpuExecutor::Wait() {
   cv_.wait(lock, [&] { return pending_ == 0; });
 }
 
+// Sequence calls hold the submission lock (batch_plan.h): none lands between a batch's plan and
+// its job being queued, and the worker runs queued jobs before any later one that reuses a
+// freed block.
 Status CpuExecutor::CreateSequence(SequenceId id) {
+  auto hold = planner_.LockSubmission();
   return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Create(id); });
 }
 
 Status CpuExecutor::ForkSequence(SequenceId parent, SequenceId child) {
-  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Fork(parent, child); });
+  auto hold = planner_.LockSubmission();
+  return planner_.Fork(parent, child);
 }
 
 Status CpuExecutor::FreeSequence(SequenceId id) {
-  // Only metadata: a freed block is reused by a later batch, which runs after the queued ones.
-  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Free(id); });
+  auto hold = planner_.LockSubmission();
+  return planner_.Free(id);
 }
 
 Status CpuExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
                             const Half* v) {
+  auto hold = planner_.LockSubmission();
   Wait();  // it writes the pools from this thread
-  return planner_.WithTable([&](kvcache::SequenceTable&) {
-    return PrefillCache(*cache_, id, layer, num_tokens, k, v);
-  });
+  return planner_.Prefill(*cache_, id, layer, num_tokens, k, v);
 }
 
 StatusOr<int> CpuExecutor::SequenceLength(SequenceId id, int layer) const {
@@ -206,8 +215,13 @@ StatusOr<int> CpuExecutor::SequenceLength(SequenceId id, int layer) const {
 }
 
 ExecutorStats CpuExecutor::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  ExecutorStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  FillKvStats(planner_, *cache_, &s);
+  return s;
 }
 
 }  // namespace attnrt::runtime

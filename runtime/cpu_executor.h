@@ -3,6 +3,7 @@
 // scheduler's benchmarks on machines without a GPU. No CUDA header.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -28,8 +29,9 @@ struct CpuExecutorOptions {
 };
 
 // Thread safety: as Executor. Batches run in submission order on one worker thread, which also
-// calls the done callbacks; sequence management runs on the caller's thread and touches only
-// metadata (Prefill first drains the worker, since it writes the pools directly).
+// calls the done callbacks; sequence management runs on the caller's thread, serialised with
+// Submit by the planner's submission lock (Prefill also drains the worker, since it writes the
+// pools directly).
 class CpuExecutor final : public Executor {
  public:
   // InvalidArgument naming the option on a bad shape, block count, bucket list or limit.
@@ -52,6 +54,10 @@ class CpuExecutor final : public Executor {
 
   ExecutorStats stats() const override;
 
+  // The next `count` batches fail as a whole after running (their tokens are lost), as a device
+  // error would; for tests of that path.
+  void InjectBatchFailuresForTesting(int count) { inject_failures_.store(count); }
+
   // The cache (tests read tokens back through it). Not concurrent with running batches.
   kvcache::KvCache& cache() { return *cache_; }
 
@@ -71,7 +77,8 @@ class CpuExecutor final : public Executor {
 
   const CpuExecutorOptions options_;
   const std::unique_ptr<kvcache::KvCache> cache_;
-  BatchPlanner planner_;  // submitting thread only
+  BatchPlanner planner_;
+  std::atomic<int> inject_failures_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

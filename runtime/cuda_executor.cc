@@ -757,6 +757,9 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
   const Clock::time_point t_plan = Clock::now();
   auto state = std::make_shared<BatchState>();
   BatchPlan& plan = state->plan;
+  // Held until every piece is launched: no sequence call lands between plan and launch
+  // (batch_plan.h).
+  auto hold = planner->LockSubmission();
   planner->Plan(batch, &plan);
   if (!plan.copies.empty()) {
     // Rare path (first write into a forked block): the copy must follow every queued piece
@@ -887,6 +890,7 @@ void CudaExecutor::Impl::CompletionLoop() {
     cv.notify_all();  // a slot is free
     if (!status.ok()) b.failed = true;
     if (--b.pieces_left == 0) {
+      planner->Settle(b.batch, &b.plan);
       b.done(std::move(b.plan.statuses));
       const bool failed = b.failed;
       const auto requests = static_cast<std::int64_t>(b.batch.requests.size());
@@ -954,25 +958,27 @@ Status CudaExecutor::Submit(Batch batch, BatchDoneFn done) {
 }
 void CudaExecutor::Wait() { impl_->WaitAll(); }
 
+// Sequence calls hold the submission lock (batch_plan.h). A block freed here and reused by a
+// later batch is written in stream order, after every queued piece that still reads it; Prefill
+// writes the pools from the host, so it drains the stream first.
 Status CudaExecutor::CreateSequence(SequenceId id) {
+  auto hold = impl_->planner->LockSubmission();
   return impl_->planner->WithTable([&](kvcache::SequenceTable& t) { return t.Create(id); });
 }
 Status CudaExecutor::ForkSequence(SequenceId parent, SequenceId child) {
-  return impl_->planner->WithTable(
-      [&](kvcache::SequenceTable& t) { return t.Fork(parent, child); });
+  auto hold = impl_->planner->LockSubmission();
+  return impl_->planner->Fork(parent, child);
 }
 Status CudaExecutor::FreeSequence(SequenceId id) {
-  // Metadata only: a block freed here and reused by a later batch is written in stream order,
-  // after every queued piece that still reads it.
-  return impl_->planner->WithTable([&](kvcache::SequenceTable& t) { return t.Free(id); });
+  auto hold = impl_->planner->LockSubmission();
+  return impl_->planner->Free(id);
 }
 
 Status CudaExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
                              const Half* v) {
+  auto hold = impl_->planner->LockSubmission();
   ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
-  ATTNRT_RETURN_IF_ERROR(impl_->planner->WithTable([&](kvcache::SequenceTable&) {
-    return PrefillCache(*impl_->cache, id, layer, num_tokens, k, v);
-  }));
+  ATTNRT_RETURN_IF_ERROR(impl_->planner->Prefill(*impl_->cache, id, layer, num_tokens, k, v));
   ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());  // the cache's copies ran on the legacy stream
   return Status::Ok();
 }
@@ -990,8 +996,13 @@ Status CudaExecutor::ReadToken(SequenceId id, int layer, int position, Half* k, 
 }
 
 ExecutorStats CudaExecutor::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  ExecutorStats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    s = impl_->stats;
+  }
+  FillKvStats(*impl_->planner, *impl_->cache, &s);
+  return s;
 }
 
 std::vector<std::string> CudaExecutor::paths() const { return impl_->families; }

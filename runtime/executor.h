@@ -70,10 +70,15 @@ struct ExecutorStats {
   std::int64_t batches = 0;
   std::int64_t requests = 0;
   std::int64_t failed_batches = 0;
+  // The KV cache: blocks in the pools (K and V of every layer share a block id), blocks held by
+  // sequences (shared blocks count once), live sequences.
+  std::int64_t kv_blocks_total = 0;
+  std::int64_t kv_blocks_in_use = 0;
+  std::int64_t sequences = 0;
 };
 
 // Thread safety: Submit() may be called from one thread at a time (the scheduler's batching
-// thread); done callbacks arrive on other threads.
+// thread); done callbacks arrive on other threads; every other method from any thread.
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -96,13 +101,19 @@ class Executor {
   // A request that fails validation (bad field, unknown sequence, duplicate, cache full) leaves
   // its sequence untouched. A request that passed validation but then fails (launch or device
   // error, or a path that cannot run the piece) has already taken its token: its (sequence,
-  // layer) length has advanced by one and the K/V at that position is undefined. The caller
-  // should free that sequence; the cache cannot truncate.
+  // layer) length has advanced by one and the K/V at that position is undefined, so later
+  // requests and prefills of that (sequence, layer) fail with FailedPrecondition saying so (as
+  // do requests of later batches already in flight that attended over it) until the sequence
+  // is freed. The cache cannot truncate.
   virtual Status Submit(Batch batch, BatchDoneFn done) = 0;
   // Blocks until every submitted batch has completed (its callback returned).
   virtual void Wait() = 0;
 
-  // Sequence management over the executor's KV cache. Not concurrent with Submit().
+  // Sequence management over the executor's KV cache, from any thread. Each call is serialised
+  // with Submit() (never between a batch's plan and its launch), and a block a call frees is
+  // reused only by work ordered after every batch already submitted, so no call corrupts a
+  // running batch. Whether a sequence still has requests queued is the caller's to check (the
+  // scheduler refuses such calls).
   virtual Status CreateSequence(SequenceId id) = 0;
   virtual Status ForkSequence(SequenceId parent, SequenceId child) = 0;
   virtual Status FreeSequence(SequenceId id) = 0;

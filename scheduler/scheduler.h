@@ -70,10 +70,12 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
 
+#include "api/config.h"
 #include "api/status.h"
 #include "runtime/executor.h"
 #include "scheduler/clock.h"
@@ -83,23 +85,24 @@
 namespace attnrt::scheduler {
 
 struct SchedulerOptions {
+  // Defaults: api/config.h (attnrt::defaults), shared with RuntimeOptions.
   // Most requests in one batch; 1 <= max_batch_size <= executor->max_batch_size().
-  int max_batch_size = 32;
+  int max_batch_size = defaults::kMaxBatchSize;
   // Smallest batch dispatched before max_queue_delay (see "Batching window"); 0 = only a full
   // bucket dispatches early. 0 <= min_batch_size <= max_batch_size.
-  int min_batch_size = 0;
+  int min_batch_size = defaults::kMinBatchSize;
   // How long the oldest request may wait for a fuller batch; 0 = dispatch what is there. >= 0.
-  std::chrono::microseconds max_queue_delay{100};
+  std::chrono::microseconds max_queue_delay{defaults::kMaxQueueDelayUs};
   // Requests admitted but not yet dispatched; >= 1.
-  int max_queue_size = 4096;
+  int max_queue_size = defaults::kMaxQueueSize;
   // Per-request deadline from Submit; 0 = none. >= 0.
-  std::chrono::microseconds default_timeout{0};
+  std::chrono::microseconds default_timeout{defaults::kTimeoutUs};
   // Strict priority levels, 0 the highest; 1..16.
-  int num_priority_levels = 2;
-  // Reject requests whose q, k or v hold Inf or NaN (costs a scan of each request).
-  bool check_finite = false;
+  int num_priority_levels = defaults::kNumPriorityLevels;
+  // Reject requests whose q, k or v hold Inf or NaN (a vectorised scan of each request).
+  bool check_finite = defaults::kCheckFinite;
   // Threads delivering results (futures and callbacks); 1..64.
-  int completion_threads = 2;
+  int completion_threads = defaults::kCompletionThreads;
 };
 
 
@@ -135,6 +138,13 @@ class Scheduler {
 
   void Drain();
   void Shutdown();
+
+  // Runs fn() while no decode request of sequence `id` is outstanding (submitted and not yet
+  // completed), holding off new ones of it until fn returns; otherwise FailedPrecondition naming
+  // `call` (e.g. "FreeSequence") and the count. The facade runs the calls that change a
+  // sequence's cache through it, so they never race that sequence's decodes. A request counts
+  // as completed just before its future or callback sees the result.
+  Status RunIfSequenceIdle(std::uint64_t id, const char* call, const std::function<Status()>& fn);
 
   MetricsSnapshot Metrics() const;
   std::string PrometheusText() const;

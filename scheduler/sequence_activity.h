@@ -1,0 +1,62 @@
+// Requests outstanding per sequence (submitted, not yet completed), so that a call that changes
+// a sequence's cache (free, fork, prefill) can refuse while decodes of it are in flight instead
+// of racing them. Internal to scheduler/.
+//
+// Thread safety: every method from any thread. Sharded by sequence id; one short lock per call.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "api/status.h"
+
+namespace attnrt::scheduler::internal {
+
+class SequenceActivity {
+ public:
+  void Add(std::uint64_t id) {
+    Shard& s = ShardOf(id);
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.outstanding[id];
+  }
+
+  void Remove(std::uint64_t id) {
+    Shard& s = ShardOf(id);
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.outstanding.find(id);
+    if (it != s.outstanding.end() && --it->second == 0) s.outstanding.erase(it);
+  }
+
+  // Runs fn() with no request of `id` outstanding, and no new one able to count itself until
+  // fn returns; FailedPrecondition naming `call` and the count otherwise.
+  template <typename Fn>
+  Status RunIfIdle(std::uint64_t id, const char* call, Fn&& fn) {
+    Shard& s = ShardOf(id);
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.outstanding.find(id);
+    if (it != s.outstanding.end()) {
+      return FailedPreconditionError(std::string(call) + ": sequence_id " + std::to_string(id) +
+                                     " has " + std::to_string(it->second) +
+                                     " decode request(s) submitted and not yet completed; call "
+                                     "it after they complete");
+    }
+    return std::forward<Fn>(fn)();
+  }
+
+ private:
+  static constexpr int kShards = 64;
+  struct alignas(64) Shard {
+    std::mutex mu;
+    std::unordered_map<std::uint64_t, int> outstanding;  // GUARDED_BY(mu)
+  };
+  Shard& ShardOf(std::uint64_t id) {
+    return shards_[(id * 0x9E3779B97F4A7C15ull) >> 58];  // top 6 bits: 64 shards
+  }
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace attnrt::scheduler::internal
