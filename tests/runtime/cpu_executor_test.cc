@@ -62,6 +62,12 @@ TEST(CpuExecutorTest, RandomBatchesMatchDenseReference) {
   EXPECT_EQ(ex->stats().failed_batches, 0);
 }
 
+TEST(CpuExecutorTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {
+  auto ex = MakeExecutor();
+  testing::ExpectLostTokenContract(*ex, [&] { ex->InjectBatchFailuresForTesting(1); });
+  EXPECT_EQ(ex->stats().failed_batches, 1);
+}
+
 TEST(CpuExecutorTest, CallbackRunsExactlyOnceOffTheSubmittingThread) {
   auto ex = MakeExecutor();
   RandomWorkload w(*ex, 12);

@@ -343,6 +343,14 @@ TEST_F(CudaExecutorGpuTest, InjectedLaunchFailureFailsTheBatchAndRecovers) {
   }
 }
 
+TEST_F(CudaExecutorGpuTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {
+  for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+    auto ex = Make(Options(mode));
+    ASSERT_NE(ex, nullptr);
+    testing::ExpectLostTokenContract(*ex, [&] { ex->InjectLaunchFailuresForTesting(1); });
+  }
+}
+
 // 300 requests: one piece of 256 and one of 44 (bucket 64), one callback with 300 statuses.
 TEST_F(CudaExecutorGpuTest, BatchLargerThanTheLargestBucketIsSplit) {
   auto ex = Make(Options());

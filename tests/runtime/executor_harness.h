@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <map>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -212,5 +214,73 @@ class RandomWorkload {
   std::vector<SequenceId> ids_;
   SequenceId next_id_;
 };
+
+// The lost-token contract (runtime/executor.h), for any executor. `inject_one_failure` makes the
+// next batch fail as a whole after planning (a device error). Then: that batch's request fails;
+// the next request of the same (sequence, layer) fails with FailedPrecondition naming the lost
+// position, whether it was planned before the failure was settled (pipelined) or after; a
+// prefill of it too; another layer of the same sequence and another sequence run on and match
+// the reference; after FreeSequence the id is clean again.
+inline void ExpectLostTokenContract(Executor& ex, const std::function<void()>& inject_one_failure) {
+  const ModelShape& shape = ex.shape();
+  ASSERT_GE(shape.num_layers, 2) << "the contract test needs two layers";
+  RandomWorkload w(ex, 909, /*first_id=*/50000);
+  w.AddSequences(2, 20);
+  const SequenceId doomed = w.ids()[0], bystander = w.ids()[1];
+  const int lost_position = *ex.SequenceLength(doomed, 0);
+  NormalRng rng(910);
+
+  // Batch 1 fails; batch 2 (same key, next position) is submitted before batch 1 settles when
+  // the executor is still busy with it, else it is refused at planning: both must fail.
+  std::vector<OwnedRequest> first, second;
+  first.push_back(MakeRequest(shape, doomed, 0, rng));
+  second.push_back(MakeRequest(shape, doomed, 0, rng));
+  inject_one_failure();
+  std::promise<std::vector<Status>> first_done, second_done;
+  ASSERT_TRUE(ex.Submit(RandomWorkload::ToBatch(first),
+                        [&](std::vector<Status> st) { first_done.set_value(std::move(st)); })
+                  .ok());
+  ASSERT_TRUE(ex.Submit(RandomWorkload::ToBatch(second),
+                        [&](std::vector<Status> st) { second_done.set_value(std::move(st)); })
+                  .ok());
+  const std::vector<Status> s1 = first_done.get_future().get();
+  const std::vector<Status> s2 = second_done.get_future().get();
+  ex.Wait();
+  ASSERT_EQ(s1.size(), 1u);
+  EXPECT_FALSE(s1[0].ok());
+  ASSERT_EQ(s2.size(), 1u);
+  const std::string lost = "lost its token at position " + std::to_string(lost_position);
+  EXPECT_EQ(s2[0].code(), StatusCode::kFailedPrecondition) << s2[0].ToString();
+  EXPECT_NE(s2[0].message().find(lost), std::string::npos) << s2[0].ToString();
+
+  // Later: the same key fails at planning; layer 1 and the bystander run and match.
+  std::vector<OwnedRequest> third;
+  third.push_back(MakeRequest(shape, doomed, 0, rng));
+  third.push_back(MakeRequest(shape, doomed, 1, rng));
+  third.push_back(MakeRequest(shape, bystander, 0, rng));
+  w.shadow().Expect(third[1]);
+  w.shadow().Expect(third[2]);
+  SyncResult r3 = SubmitAndWait(ex, RandomWorkload::ToBatch(third));
+  ASSERT_TRUE(r3.submit.ok());
+  ASSERT_EQ(r3.statuses.size(), 3u);
+  EXPECT_EQ(r3.statuses[0].code(), StatusCode::kFailedPrecondition) << r3.statuses[0].ToString();
+  EXPECT_NE(r3.statuses[0].message().find(lost), std::string::npos);
+  EXPECT_TRUE(r3.statuses[1].ok()) << r3.statuses[1].ToString();
+  EXPECT_TRUE(r3.statuses[2].ok()) << r3.statuses[2].ToString();
+  EXPECT_TRUE(MatchesExpected(third[1]));
+  EXPECT_TRUE(MatchesExpected(third[2]));
+
+  std::vector<Half> k(shape.kv_token_elems()), v(k.size());
+  FillNormal(k, rng);
+  FillNormal(v, rng);
+  const Status prefill = ex.Prefill(doomed, 0, 1, k.data(), v.data());
+  EXPECT_EQ(prefill.code(), StatusCode::kFailedPrecondition) << prefill.ToString();
+  EXPECT_NE(prefill.message().find(lost), std::string::npos) << prefill.ToString();
+
+  ASSERT_TRUE(ex.FreeSequence(doomed).ok());
+  ASSERT_TRUE(ex.CreateSequence(doomed).ok());
+  EXPECT_TRUE(ex.Prefill(doomed, 0, 1, k.data(), v.data()).ok());
+  EXPECT_EQ(*ex.SequenceLength(doomed, 0), 1);
+}
 
 }  // namespace attnrt::runtime::testing
