@@ -1,0 +1,422 @@
+// The host path's record (issue 11), every figure from one process on one GPU:
+//   floor      the GPU's own round trip for the bytes of a batch of B requests: H2D of q/k/v,
+//              a trivial kernel, D2H of the outputs, stream sync, replayed as a CUDA graph;
+//   b1         the public Runtime at B = 1 (H32 D128 T512, one caller thread, nothing else in
+//              flight): Submit -> result visible, p50/p99, graph and eager, and the ratio to
+//              the floor of the same bytes;
+//   host_cpu   process CPU time per request through the Runtime at max batch 128 under a
+//              saturating closed-loop load (submit + staging + completion, all threads);
+//   saturation scheduler throughput at 1.5x offered load over the executor's kernel-only
+//              capacity, and p99 at 70% load against window + 2 steps (max batch 32 and 128).
+// Writes <out>/summary.json (the keys issue 11 names) and prints a table. Needs a GPU.
+#include <cuda_runtime.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/runtime.h"
+#include "bench/open_loop.h"
+#include "kernels/cuda_check.h"
+#include "runtime/cuda_executor.h"
+#include "tests/support/random_fp16.h"
+
+namespace attnrt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string out_dir;
+  std::string commit = "unknown";
+  int iterations = 2000;
+  double duration_s = 0.5;
+  bool quick = false;
+};
+
+constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
+
+void Die(const std::string& what) {
+  std::fprintf(stderr, "api_host_path_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void Check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+__global__ void TouchKernel(const unsigned char* in, unsigned char* out) {
+  if (threadIdx.x == 0) out[0] = in[0];
+}
+
+struct LatencyUs {
+  double p50 = 0, p99 = 0;
+};
+
+// The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
+// back, as one graph replay and a stream sync.
+LatencyUs MeasureFloor(int b, int iterations) {
+  const std::size_t q = std::size_t(kHeads) * kHeadDim * 2, kv = q;
+  const std::size_t in_bytes = std::size_t(b) * (q + 2 * kv);
+  const std::size_t out_bytes = std::size_t(b) * (q + kHeads * 4);
+  unsigned char *h_in, *h_out, *d_in, *d_out;
+  Check(cudaMallocHost(&h_in, in_bytes), "cudaMallocHost");
+  Check(cudaMallocHost(&h_out, out_bytes), "cudaMallocHost");
+  Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
+  Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
+  std::memset(h_in, 1, in_bytes);
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  Check(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, stream), "h2d");
+  TouchKernel<<<1, 32, 0, stream>>>(d_in, d_out);
+  Check(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, stream), "d2h");
+  Check(cudaStreamEndCapture(stream, &graph), "end capture");
+  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  std::vector<double> us;
+  us.reserve(iterations);
+  for (int i = 0; i < iterations + 100; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    Check(cudaGraphLaunch(exec, stream), "graph launch");
+    Check(cudaStreamSynchronize(stream), "sync");
+    if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(h_in);
+  cudaFreeHost(h_out);
+  cudaFree(d_in);
+  cudaFree(d_out);
+  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+}
+
+ModelShape B1Shape() {
+  ModelShape s;
+  s.num_layers = 8;  // rotating over 4 sequences x 8 layers: 256 MiB of KV, far more than L2
+  s.num_q_heads = kHeads;
+  s.num_kv_heads = kHeads;
+  s.head_dim = kHeadDim;
+  s.block_size = 16;
+  s.max_context = 1024;
+  return s;
+}
+
+std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int max_batch,
+                                     std::chrono::microseconds window, int sequences) {
+  RuntimeOptions o;
+  o.shape = shape;
+  o.device = DeviceKind::kCuda;
+  o.use_graphs = graphs;
+  o.max_batch_size = max_batch;
+  o.max_queue_delay = window;
+  o.max_queue_size = 1 << 16;
+  o.kv_cache_bytes = std::size_t(sequences) * shape.num_layers * shape.max_context *
+                     shape.kv_token_elems() * 2 * sizeof(Half) + (std::size_t{64} << 20);
+  auto rt = Runtime::Create(o);
+  if (!rt.ok()) Die("Runtime::Create: " + rt.status().ToString());
+  testing::NormalRng rng(3);
+  std::vector<Half> k(std::size_t(kContext) * shape.kv_token_elems()), v(k.size());
+  for (int seq = 0; seq < sequences; ++seq) {
+    if (!(*rt)->CreateSequence(seq).ok()) Die("CreateSequence");
+    for (int layer = 0; layer < shape.num_layers; ++layer) {
+      testing::FillNormal(k, rng);
+      testing::FillNormal(v, rng);
+      const Status s = (*rt)->Prefill(seq, layer, kContext, k, v);
+      if (!s.ok()) Die("Prefill: " + s.ToString());
+    }
+  }
+  return std::move(*rt);
+}
+
+// One caller thread, Submit -> future.get(), rotating over every (sequence, layer).
+LatencyUs MeasureB1(bool graphs, int iterations) {
+  const ModelShape shape = B1Shape();
+  constexpr int kSequences = 4;
+  std::unique_ptr<Runtime> rt = MakeRuntime(shape, graphs, 1, std::chrono::microseconds(0),
+                                            kSequences);
+  testing::NormalRng rng(5);
+  const std::size_t qn = std::size_t(kHeads) * kHeadDim;
+  std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size());
+  testing::FillNormal(q, rng);
+  testing::FillNormal(k, rng);
+  testing::FillNormal(v, rng);
+  std::vector<double> us;
+  us.reserve(iterations);
+  if ((iterations + 100) / (kSequences * shape.num_layers) >= shape.max_context - kContext) {
+    Die("--iterations too large for the B=1 cache (max_context " +
+        std::to_string(shape.max_context) + ")");
+  }
+  for (int i = 0; i < iterations + 100; ++i) {
+    DecodeRequest r{.sequence_id = static_cast<std::uint64_t>(i % kSequences),
+                    .layer = (i / kSequences) % shape.num_layers, .q = q, .k = k, .v = v};
+    const Clock::time_point t0 = Clock::now();
+    auto sub = rt->Submit(r);
+    if (!sub.ok()) Die("Submit: " + sub.status().ToString());
+    DecodeResult res = sub->result.get();
+    const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!res.status.ok()) Die("decode: " + res.status.ToString());
+    if (i >= 100) us.push_back(t);
+  }
+  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+}
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// CPU time per request through the Runtime at max batch 128: 4 producer threads keep 256
+// requests each outstanding (callback form), for `duration_s`.
+double MeasureHostUsPerRequest(double duration_s) {
+  ModelShape shape = B1Shape();
+  shape.num_layers = 1;
+  shape.max_context = 2048;
+  constexpr int kSequences = 512, kProducers = 4, kWindow = 256;
+  std::unique_ptr<Runtime> rt =
+      MakeRuntime(shape, true, 128, std::chrono::microseconds(200), kSequences);
+  testing::NormalRng rng(6);
+  const std::size_t qn = std::size_t(kHeads) * kHeadDim;
+  std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size());
+  testing::FillNormal(q, rng);
+  testing::FillNormal(k, rng);
+  testing::FillNormal(v, rng);
+  std::atomic<std::int64_t> completed{0}, failed{0};
+  std::atomic<bool> stop{false};
+  const double cpu0 = ProcessCpuSeconds();
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      std::mutex mu;
+      std::condition_variable cv;
+      int outstanding = 0;
+      // Each producer owns sequences p, p + 4, ...: one request per sequence in flight.
+      std::vector<char> busy(kSequences / kProducers, 0);
+      int next = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return outstanding < kWindow && !busy[next]; });
+        busy[next] = 1;
+        ++outstanding;
+        lock.unlock();
+        const int slot = next;
+        next = (next + 1) % static_cast<int>(busy.size());
+        DecodeRequest r{.sequence_id = static_cast<std::uint64_t>(p + slot * kProducers),
+                        .layer = 0, .q = q, .k = k, .v = v};
+        auto h = rt->Submit(r, [&, slot](DecodeResult res) {
+          (res.status.ok() ? completed : failed).fetch_add(1, std::memory_order_relaxed);
+          std::lock_guard<std::mutex> l(mu);
+          busy[slot] = 0;
+          --outstanding;
+          cv.notify_one();
+        });
+        if (!h.ok()) Die("Submit: " + h.status().ToString());
+      }
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return outstanding == 0; });
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(duration_s));
+  stop.store(true);
+  for (std::thread& t : producers) t.join();
+  const double cpu = ProcessCpuSeconds() - cpu0;
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (failed.load() > 0) Die(std::to_string(failed.load()) + " requests failed (host cpu run)");
+  std::printf("host cpu: %lld requests in %.2f s (%.0f req/s), %.2f s CPU over all threads\n",
+              static_cast<long long>(completed.load()), wall, completed.load() / wall, cpu);
+  return cpu * 1e6 / static_cast<double>(std::max<std::int64_t>(completed.load(), 1));
+}
+
+struct Saturation {
+  double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
+};
+
+// As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
+// p99 at 70% load against window + 2 steps.
+Saturation MeasureSaturation(int batch, double duration_s) {
+  constexpr int kWindowUs = 200, kSequences = 1024;
+  ModelShape shape;
+  shape.num_layers = 1;
+  shape.num_q_heads = 32;
+  shape.num_kv_heads = 8;
+  shape.head_dim = 128;
+  shape.block_size = 16;
+  shape.max_context = kContext + static_cast<int>(3 * 1.0e6 * duration_s / kSequences * 1.5) + 64;
+  runtime::CudaExecutorOptions co;
+  co.shape = shape;
+  co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
+  co.max_batch_size = batch;
+  auto ex = runtime::CreateCudaExecutor(co);
+  if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
+  // Every sequence starts at kContext tokens.
+  {
+    std::mt19937_64 rng(9);
+    const std::vector<Half> kv = UniformHalves(rng, std::size_t(kContext) * shape.kv_token_elems());
+    for (int s = 0; s < kSequences; ++s) {
+      if (!(*ex)->CreateSequence(s).ok()) Die("CreateSequence");
+      const Status p = (*ex)->Prefill(s, 0, kContext, kv.data(), kv.data());
+      if (!p.ok()) Die("Prefill: " + p.ToString());
+    }
+  }
+  auto cap = MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
+  if (!cap.ok()) Die("capacity: " + cap.status().ToString());
+  auto run = [&](double rate) {
+    OpenLoopConfig c;
+    c.rate_per_s = rate;
+    c.window = std::chrono::microseconds(kWindowUs);
+    c.max_batch = batch;
+    c.duration_s = duration_s;
+    c.num_sequences = kSequences;
+    c.producers = 4;
+    auto r = RunOpenLoop(c, ex->get());
+    if (!r.ok()) Die("open loop: " + r.status().ToString());
+    if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
+    return *r;
+  };
+  const OpenLoopResult sat = run(1.5 * cap->throughput_per_s);
+  const OpenLoopResult loaded = run(0.7 * cap->throughput_per_s);
+  Saturation s;
+  s.capacity = cap->throughput_per_s;
+  s.step_us = cap->step_us;
+  s.ratio = sat.throughput_per_s / cap->throughput_per_s;
+  s.p99_70_us = loaded.rejected > 0 ? 1e9 : loaded.p99_us;  // shedding at 70% fails the bound
+  s.bound_us = kWindowUs + 2 * cap->step_us;
+  std::printf("saturation B=%d: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
+              "%.3f x; 70%% load p99 %.0f us (queue p99 %.0f, executor p50 %.0f) vs bound %.0f us\n",
+              batch, s.capacity, s.step_us, sat.throughput_per_s, s.ratio, loaded.p99_us,
+              loaded.queue_delay_p99_us, loaded.executor_p50_us, s.bound_us);
+  return s;
+}
+
+int Run(const Options& o) {
+  int device = 0;
+  cudaDeviceProp prop{};
+  Check(cudaGetDevice(&device), "cudaGetDevice");
+  Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  const int iters = o.quick ? 300 : o.iterations;
+  const double dur = o.quick ? 0.2 : o.duration_s;
+
+  std::printf("device: %s\n", prop.name);
+  std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
+  std::vector<std::pair<int, LatencyUs>> floors;
+  for (int b : {1, 32, 128}) {
+    floors.emplace_back(b, MeasureFloor(b, iters));
+    std::printf("%-34s %10.2f %10.2f %8s\n", ("floor B=" + std::to_string(b)).c_str(),
+                floors.back().second.p50, floors.back().second.p99, "1.00");
+  }
+  const LatencyUs floor1 = floors[0].second;
+  const LatencyUs graph = MeasureB1(true, iters);
+  const LatencyUs eager = MeasureB1(false, iters);
+  std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 graph (Submit->result)", graph.p50,
+              graph.p99, graph.p50 / floor1.p50);
+  std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Submit->result)", eager.p50,
+              eager.p99, eager.p50 / floor1.p50);
+  const double host_us = MeasureHostUsPerRequest(dur);
+  std::printf("host cpu per request at B=128: %.3f us\n", host_us);
+  const Saturation s32 = MeasureSaturation(32, dur);
+  const Saturation s128 = MeasureSaturation(128, dur);
+
+  if (o.out_dir.empty()) return 0;
+  const std::string path = o.out_dir + "/summary.json";
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) Die("cannot write " + path);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::fprintf(f,
+               "{\"device\": \"%s\", \"date\": \"%s\", \"commit\": \"%s\",\n"
+               " \"shape\": \"H32 Hkv32 D128 T512 (b1, host); H32 Hkv8 D128 T512 (saturation)\",\n"
+               " \"floor_us\": %.2f, \"floor_p99_us\": %.2f, \"floor_b32_us\": %.2f, "
+               "\"floor_b128_us\": %.2f,\n"
+               " \"b1_e2e_p50_us\": %.2f, \"b1_e2e_p99_us\": %.2f, \"b1_ratio\": %.3f, "
+               "\"b1_p99_ratio\": %.3f,\n"
+               " \"b1_eager_p50_us\": %.2f, \"b1_eager_p99_us\": %.2f,\n"
+               " \"host_us_per_request_b128\": %.3f,\n"
+               " \"saturation_b32\": %.3f, \"saturation_b128\": %.3f,\n"
+               " \"p99_70_b32_us\": %.1f, \"bound_b32_us\": %.1f, \"p99_70_b128_us\": %.1f, "
+               "\"bound_b128_us\": %.1f,\n"
+               " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f}\n",
+               prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
+               floors[2].second.p50, graph.p50, graph.p99, graph.p50 / floor1.p50,
+               graph.p99 / floor1.p50, eager.p50, eager.p99, host_us, s32.ratio, s128.ratio,
+               s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us, s32.capacity,
+               s128.capacity);
+  std::fclose(f);
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnrt::bench
+
+int main(int argc, char** argv) {
+  attnrt::bench::Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "api_host_path_bench: %s needs a value (--help)\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::printf(
+          "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
+          "[--quick]\n"
+          "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
+          "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
+          "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
+          "  and 70%%-load p99 at max batch 32 and 128. Writes DIR/summary.json.\n"
+          "  --out DIR        write DIR/summary.json (default: print only)\n"
+          "  --commit SHA     recorded in the summary\n"
+          "  --iterations N   latency samples per row (default 2000)\n"
+          "  --duration S     seconds per load run (default 0.5)\n"
+          "  --quick          300 samples, 0.2 s runs\n");
+      return 0;
+    } else if (a == "--out") {
+      o.out_dir = value("--out");
+    } else if (a == "--commit") {
+      o.commit = value("--commit");
+    } else if (a == "--iterations") {
+      o.iterations = std::atoi(value("--iterations").c_str());
+    } else if (a == "--duration") {
+      o.duration_s = std::atof(value("--duration").c_str());
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else {
+      std::fprintf(stderr, "api_host_path_bench: unknown argument '%s' (--help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (o.iterations < 10 || !(o.duration_s > 0)) {
+    std::fprintf(stderr, "api_host_path_bench: --iterations >= 10 and --duration > 0\n");
+    return 2;
+  }
+  if (!attnrt::CudaDeviceAvailable()) {
+    std::fprintf(stderr, "api_host_path_bench: no CUDA device; this benchmark needs a GPU\n");
+    return 1;
+  }
+  return attnrt::bench::Run(o);
+}
