@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -165,6 +167,171 @@ TEST(CApiTest, NullArgumentsAreNamed) {
             ATTNRT_NOT_FOUND);
   EXPECT_NE(std::string(error).find("99"), std::string::npos) << error;
   attnrt_destroy(rt);
+}
+
+// Fork shares the parent's prefix; afterwards parent and child each see only their own tokens.
+// Free releases the id (later calls answer NOT_FOUND naming it) without touching the child.
+TEST(CApiTest, ForkAndFreeSequence) {
+  attnrt_options o = SmallOptions();
+  const ModelShape shape = ShapeOf(o);
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  const std::size_t kv = shape.kv_token_elems();
+  const std::size_t qn = std::size_t(shape.num_q_heads) * shape.head_dim;
+  testing::NormalRng rng(33);
+  testing::DenseKv parent;
+  ASSERT_EQ(attnrt_create_sequence(rt, 5, error, sizeof(error)), ATTNRT_OK) << error;
+  auto pk = Normal(rng, kv * 21), pv = Normal(rng, kv * 21);
+  ASSERT_EQ(attnrt_prefill(rt, 5, 0, 21, pk.data(), pv.data(), error, sizeof(error)), ATTNRT_OK)
+      << error;
+  parent.Append(AsHalves(pk), AsHalves(pv));
+
+  ASSERT_EQ(attnrt_fork_sequence(rt, 5, 6, error, sizeof(error)), ATTNRT_OK) << error;
+  int length = 0;
+  ASSERT_EQ(attnrt_sequence_length(rt, 6, 0, &length, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(length, 21);
+  testing::DenseKv child = parent;
+
+  auto decode_and_check = [&](uint64_t id, testing::DenseKv& mirror, const char* what) {
+    auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
+    std::vector<uint16_t> out(qn, 0x7e00);  // poisoned (NaN)
+    ASSERT_EQ(attnrt_decode(rt, id, 0, q.data(), k.data(), v.data(), out.data(), error,
+                            sizeof(error)),
+              ATTNRT_OK)
+        << what << ": " << error;
+    mirror.Append(AsHalves(k), AsHalves(v));
+    auto err = testing::CompareToReference(AsHalves(out),
+                                           testing::DenseDecode(shape, mirror, AsHalves(q)));
+    EXPECT_LE(err.max_abs, 2e-3) << what;
+    EXPECT_LE(err.rel_l2, 1e-3) << what;
+  };
+  decode_and_check(6, child, "child, first step");
+  decode_and_check(5, parent, "parent after the child diverged");
+  decode_and_check(6, child, "child, second step");
+
+  ASSERT_EQ(attnrt_free_sequence(rt, 5, error, sizeof(error)), ATTNRT_OK) << error;
+  decode_and_check(6, child, "child after the parent was freed");
+  ASSERT_EQ(attnrt_sequence_length(rt, 6, 0, &length, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(length, 24);
+
+  std::fill(std::begin(error), std::end(error), '\0');
+  EXPECT_EQ(attnrt_sequence_length(rt, 5, 0, &length, error, sizeof(error)), ATTNRT_NOT_FOUND);
+  EXPECT_NE(std::string(error).find("5"), std::string::npos) << error;
+  EXPECT_EQ(attnrt_free_sequence(rt, 5, error, sizeof(error)), ATTNRT_NOT_FOUND);
+  EXPECT_NE(std::string(error).find("sequence 5"), std::string::npos) << error;
+  // The freed id can be created again, empty.
+  ASSERT_EQ(attnrt_create_sequence(rt, 5, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_sequence_length(rt, 5, 0, &length, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(length, 0);
+  attnrt_destroy(rt);
+}
+
+TEST(CApiTest, ForkAndFreeErrorsAreCodedAndNamed) {
+  attnrt_options o = SmallOptions();
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(attnrt_fork_sequence(rt, 42, 43, error, sizeof(error)), ATTNRT_NOT_FOUND);
+  EXPECT_NE(std::string(error).find("42"), std::string::npos) << error;
+  EXPECT_EQ(attnrt_free_sequence(rt, 44, error, sizeof(error)), ATTNRT_NOT_FOUND);
+  EXPECT_NE(std::string(error).find("44"), std::string::npos) << error;
+
+  ASSERT_EQ(attnrt_create_sequence(rt, 1, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_create_sequence(rt, 2, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(attnrt_fork_sequence(rt, 1, 2, error, sizeof(error)), ATTNRT_ALREADY_EXISTS);
+  EXPECT_NE(std::string(error).find("sequence 2"), std::string::npos) << error;
+  // The failed fork onto 43 created nothing.
+  int length = -1;
+  EXPECT_EQ(attnrt_sequence_length(rt, 43, 0, &length, error, sizeof(error)), ATTNRT_NOT_FOUND);
+
+  EXPECT_EQ(attnrt_fork_sequence(nullptr, 1, 3, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(error, "runtime is NULL");
+  EXPECT_EQ(attnrt_free_sequence(nullptr, 1, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(error, "runtime is NULL");
+  // No error buffer: the code alone comes back.
+  EXPECT_EQ(attnrt_free_sequence(rt, 44, nullptr, 0), ATTNRT_NOT_FOUND);
+  EXPECT_EQ(attnrt_fork_sequence(rt, 42, 43, nullptr, 0), ATTNRT_NOT_FOUND);
+  char tiny[9];
+  EXPECT_EQ(attnrt_free_sequence(rt, 44, tiny, sizeof(tiny)), ATTNRT_NOT_FOUND);
+  EXPECT_EQ(std::string(tiny), "sequence");  // truncated to 8 characters + NUL
+
+  // After drain decodes are refused but sequence calls still work (api/runtime.h, Drain).
+  attnrt_drain(rt);
+  EXPECT_EQ(attnrt_fork_sequence(rt, 1, 3, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(attnrt_free_sequence(rt, 3, error, sizeof(error)), ATTNRT_OK) << error;
+  std::vector<uint16_t> q(4 * 64), kv(2 * 64), out(4 * 64);
+  EXPECT_EQ(attnrt_decode(rt, 1, 0, q.data(), kv.data(), kv.data(), out.data(), error,
+                          sizeof(error)),
+            ATTNRT_UNAVAILABLE);
+  attnrt_destroy(rt);
+}
+
+// A request held by a long window is outstanding: free and fork of its sequence are refused with
+// FAILED_PRECONDITION naming the call; attnrt_destroy still finishes it (its callback runs).
+TEST(CApiTest, FreeAndForkRefusedWhileADecodeIsOutstanding) {
+  attnrt_options o = SmallOptions();
+  o.max_batch_size = 2;              // a lone request does not fill the full bucket
+  o.max_queue_delay_us = 5'000'000;  // and the window outlasts the test
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_create_sequence(rt, 7, error, sizeof(error)), ATTNRT_OK) << error;
+  testing::NormalRng rng(8);
+  auto q = Normal(rng, 4 * 64), k = Normal(rng, 2 * 64), v = Normal(rng, 2 * 64);
+  struct Result {
+    std::atomic<int> calls{0};
+    std::atomic<int> code{-1};
+  } result;
+  ASSERT_EQ(attnrt_submit(
+                rt, 7, 0, 0, q.data(), k.data(), v.data(),
+                [](void* user, attnrt_code code, const char*, const uint16_t*) {
+                  auto* r = static_cast<Result*>(user);
+                  r->code = code;
+                  r->calls++;
+                },
+                &result, error, sizeof(error)),
+            ATTNRT_OK)
+      << error;
+  EXPECT_EQ(attnrt_free_sequence(rt, 7, error, sizeof(error)), ATTNRT_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(error).find("FreeSequence"), std::string::npos) << error;
+  EXPECT_EQ(attnrt_fork_sequence(rt, 7, 8, error, sizeof(error)), ATTNRT_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(error).find("ForkSequence"), std::string::npos) << error;
+  EXPECT_EQ(result.calls.load(), 0);
+
+  attnrt_drain(rt);  // dispatches the held request without waiting for the window
+  EXPECT_EQ(result.calls.load(), 1);
+  EXPECT_EQ(result.code.load(), ATTNRT_OK);
+  ASSERT_EQ(attnrt_fork_sequence(rt, 7, 8, error, sizeof(error)), ATTNRT_OK) << error;
+  int length = 0;
+  ASSERT_EQ(attnrt_sequence_length(rt, 8, 0, &length, error, sizeof(error)), ATTNRT_OK) << error;
+  EXPECT_EQ(length, 1);
+  ASSERT_EQ(attnrt_free_sequence(rt, 7, error, sizeof(error)), ATTNRT_OK) << error;
+  attnrt_destroy(rt);
+}
+
+TEST(CApiTest, DestroyFinishesAnAdmittedRequest) {
+  attnrt_options o = SmallOptions();
+  o.max_batch_size = 2;
+  o.max_queue_delay_us = 5'000'000;
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_create_sequence(rt, 1, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_fork_sequence(rt, 1, 2, error, sizeof(error)), ATTNRT_OK) << error;
+  testing::NormalRng rng(9);
+  auto q = Normal(rng, 4 * 64), k = Normal(rng, 2 * 64), v = Normal(rng, 2 * 64);
+  std::atomic<int> ok_calls{0};
+  ASSERT_EQ(attnrt_submit(
+                rt, 2, 1, 0, q.data(), k.data(), v.data(),
+                [](void* user, attnrt_code code, const char*, const uint16_t* out) {
+                  if (code == ATTNRT_OK && out != nullptr) ++*static_cast<std::atomic<int>*>(user);
+                },
+                &ok_calls, error, sizeof(error)),
+            ATTNRT_OK)
+      << error;
+  attnrt_destroy(rt);  // not Unavailable: destroy drains (c_api.h)
+  EXPECT_EQ(ok_calls.load(), 1);
 }
 
 }  // namespace
