@@ -204,7 +204,7 @@ TEST_P(RuntimeWiringTest, ForkRejectsUnknownParentAndExistingChild) {
   PrefillRandom(2, 0, 3, nullptr);
   Status exists = rt_->ForkSequence(1, 2);
   EXPECT_EQ(exists.code(), StatusCode::kAlreadyExists) << exists.ToString();
-  EXPECT_TRUE(Contains(exists.message(), "2")) << exists.ToString();
+  EXPECT_TRUE(Contains(exists.message(), "sequence 2")) << exists.ToString();
   EXPECT_EQ(Length(2, 0), 3);  // the existing child is untouched
   Status self = rt_->ForkSequence(1, 1);
   EXPECT_EQ(self.code(), StatusCode::kAlreadyExists) << self.ToString();
@@ -273,7 +273,7 @@ TEST_P(RuntimeWiringTest, SequenceCallsRefusedWhileADecodeIsOutstanding) {
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << call << ": " << s.ToString();
     EXPECT_TRUE(Contains(s.message(), call)) << s.ToString();
     EXPECT_TRUE(Contains(s.message(), "not yet completed")) << s.ToString();
-    EXPECT_TRUE(Contains(s.message(), "5")) << s.ToString();
+    EXPECT_TRUE(Contains(s.message(), "sequence_id 5")) << s.ToString();
   };
   Step more = NewStep();
   expect_refused(rt_->FreeSequence(5), "FreeSequence");
