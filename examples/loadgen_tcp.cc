@@ -4,6 +4,11 @@
 // from each request's intended send time, errors and, with --verify, the largest deviation from
 // a dense FP64 reference over a host mirror of the cache. Exits non-zero on any failure.
 //
+// With --tolerate-server-stop the server may stop mid-run (SIGTERM, Shutdown from elsewhere): a
+// connection that reaches the server's end of stream stops sending, and its requests still
+// unanswered count as unanswered instead of failing the run. The last line but one,
+// 'loadgen_tcp: counts: sent=N received=N ok=N ...', is machine-readable.
+//
 // Ordering: each sequence belongs to one connection, whose frames the server submits in order,
 // and the runtime keeps per-(sequence, layer) order at one priority; so the mirror is appended
 // when a request is sent and each response is checked against the mirror's prefix at that time.
@@ -66,6 +71,7 @@ struct LoadOptions {
   bool verify = false;
   bool check_malformed = false;
   bool shutdown_server = false;
+  bool tolerate_server_stop = false;
 };
 
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
@@ -96,6 +102,9 @@ int ParseArgs(int argc, char** argv, LoadOptions* o) {
              "first send malformed frames and expect error responses");
   flags.Bool("--shutdown-server", &o->shutdown_server,
              "finally send Shutdown and wait for its acknowledgement");
+  flags.Bool("--tolerate-server-stop", &o->tolerate_server_stop,
+             "the server may end the stream mid-run (drain): stop sending, count what is still "
+             "unanswered, and fail only on wrong or lost replies (a reset)");
   flags.Footer("With --sequences 0 or --duration 0 no load runs (e.g. only --shutdown-server).");
   if (const int rc = flags.Parse(argc, argv); rc != attnrt::examples::FlagSet::kContinue) {
     return rc;
@@ -297,6 +306,7 @@ int CheckMalformed(asio::io_context& io, const LoadOptions& o, const attnrt::Mod
   };
   bad_header("bad magic", 0, 0xdeadbeefu, "magic");
   bad_header("payload over the cap", 16, attnrt::tcp::kMaxPayloadBytes + 1, "payload_bytes");
+  bad_header("Info payload over its largest legal (0)", 16, 1, "payload_bytes");
 
   std::printf("malformed-frame checks: %d of %d passed\n", passed, passed + failed);
   return failed;
@@ -340,6 +350,9 @@ struct LoadRun {
   Clock::time_point start, end;  // arrivals are drawn in [start, end)
   std::atomic<long> budget{0};   // requests still allowed (--max-requests)
   std::atomic<long> sent{0}, completed{0}, errors{0}, verify_failures{0};
+  std::atomic<long> received{0};     // reply frames read on the load connections
+  std::atomic<long> unanswered{0};   // --tolerate-server-stop: pending when the server ended
+  std::atomic<long> unavailable{0};  // --tolerate-server-stop: answered Unavailable (draining)
   std::atomic<int> active{0};
   std::function<void()> connections_done;
 
@@ -505,6 +518,13 @@ class LoadConnection {
                         writing_ = false;
                         if (finished_) return;
                         if (ec) {
+                          if (run_->options->tolerate_server_stop) {
+                            // The server stopped reading; its end of stream (or reset) comes on
+                            // the read side, which decides.
+                            sending_done_ = true;
+                            MaybeFinish();
+                            return;
+                          }
                           Fail("connection " + std::to_string(index_) + ": write: " +
                                ec.message());
                           return;
@@ -520,8 +540,7 @@ class LoadConnection {
                      [this](boost::system::error_code ec, std::size_t) {
                        if (finished_) return;
                        if (ec) {
-                         Fail("connection " + std::to_string(index_) + ": read: " +
-                              ec.message());
+                         ReadFailed("read", ec);
                          return;
                        }
                        if (Status st = attnrt::tcp::ParseHeader(header_bytes_, &header_);
@@ -535,8 +554,7 @@ class LoadConnection {
                                         [this](boost::system::error_code ec2, std::size_t) {
                                           if (finished_) return;
                                           if (ec2) {
-                                            Fail("connection " + std::to_string(index_) +
-                                                 ": read payload: " + ec2.message());
+                                            ReadFailed("read payload", ec2);
                                             return;
                                           }
                                           OnResponse();
@@ -547,6 +565,7 @@ class LoadConnection {
 
   void OnResponse() {
     const auto now = Clock::now();
+    ++run_->received;
     auto it = pending_.find(header_.request_id);
     if (it == pending_.end() ||
         header_.type != static_cast<std::uint16_t>(MessageType::kDecodeResult)) {
@@ -561,7 +580,11 @@ class LoadConnection {
     latencies_us_.push_back(std::chrono::duration<double, std::micro>(now - p.intended).count());
     Status result;
     Status parsed = attnrt::tcp::ParseDecodeResult(payload_, &result, &output_);
-    if (!parsed.ok() || !result.ok()) {
+    if (parsed.ok() && result.code() == attnrt::StatusCode::kUnavailable &&
+        run_->options->tolerate_server_stop) {
+      streams_[p.stream].poisoned = true;  // not appended on the server: the mirror is ahead
+      ++run_->unavailable;
+    } else if (!parsed.ok() || !result.ok()) {
       streams_[p.stream].poisoned = true;
       run_->Error("request " + std::to_string(header_.request_id) + ": " +
                   (parsed.ok() ? result : parsed).ToString());
@@ -581,6 +604,22 @@ class LoadConnection {
       }
     }
     MaybeFinish();
+  }
+
+  // A read ended. With --tolerate-server-stop, the server's end of stream ends the connection
+  // cleanly: requests still pending were never accepted by the server (it answers every one it
+  // read before closing), so they count as unanswered. A reset is still a failure: the server
+  // must not destroy replies that were on their way.
+  void ReadFailed(const char* what, const boost::system::error_code& ec) {
+    if (finished_) return;
+    if (run_->options->tolerate_server_stop && ec == asio::error::eof) {
+      run_->unanswered += static_cast<long>(pending_.size());
+      pending_.clear();
+      sending_done_ = true;
+      MaybeFinish();
+      return;
+    }
+    Fail("connection " + std::to_string(index_) + ": " + what + ": " + ec.message());
   }
 
   // Ends the connection now: every request still waiting counts as an error.
@@ -778,6 +817,10 @@ int main(int argc, char** argv) {
     }
     if (run.errors != 0 || run.verify_failures != 0 || run.completed == 0) ok = false;
   }
+  std::printf("loadgen_tcp: counts: sent=%ld received=%ld ok=%ld errors=%ld unanswered=%ld "
+              "unavailable=%ld verify_failures=%ld\n",
+              run.sent.load(), run.received.load(), run.completed.load(), run.errors.load(),
+              run.unanswered.load(), run.unavailable.load(), run.verify_failures.load());
 
   if (o.shutdown_server) {
     Status st = CallForStatus(*control, attnrt::tcp::EncodeEmpty(MessageType::kShutdown, 2));

@@ -7,7 +7,9 @@
 //   u16 version        1
 //   u16 type           MessageType below
 //   u64 request_id     chosen by the client, echoed in the response
-//   u32 payload_bytes  at most kMaxPayloadBytes (64 MiB); checked before anything is allocated
+//   u32 payload_bytes  at most kMaxPayloadBytes (64 MiB), and at most the largest legal payload
+//                      of the frame's type for the served shape (MaxRequestPayloadBytes); both
+//                      are checked before any payload byte is read
 //   u32 reserved       0
 //
 // Requests (client -> server) and their payloads; FP16 arrays are IEEE binary16, row-major:
@@ -24,7 +26,8 @@
 //   0x83 DecodeResult  u32 code, u32 message_bytes, message, u32 output_elems,
 //                      output [H][D] FP16 (output_elems = H*D when code is 0, else 0)
 //   0x84 InfoResult    i32 num_layers, num_q_heads, num_kv_heads, head_dim, block_size,
-//                      max_context, u32 max_payload_bytes, u32 device_bytes, device (UTF-8)
+//                      max_context, u32 max_payload_bytes, u32 device_bytes, device (UTF-8);
+//                      max_payload_bytes is the largest request payload the server accepts
 // `code` is attnrt::StatusCode (0 = OK, 1 = InvalidArgument, ... 10 = Unimplemented); the
 // message names the offending field and value, like every attnrt Status.
 //
@@ -33,8 +36,8 @@
 // the order it reads them, and the runtime keeps that order per (sequence, layer) at one priority.
 // Errors: a frame whose header is intact but whose payload is wrong (size, field) gets an error
 // response naming the field and the connection stays usable; a bad header (magic, version,
-// reserved, payload_bytes over the cap) gets a StatusResult naming the field and the server then
-// closes the connection, since the byte stream can no longer be framed.
+// reserved, payload_bytes over the largest legal payload of its type) gets a StatusResult naming
+// the field and the server then closes the connection (gracefully: the reply is delivered first).
 #pragma once
 
 #include <algorithm>
@@ -183,6 +186,59 @@ inline Status ParseHeader(std::span<const std::uint8_t> bytes, FrameHeader* h) {
                                 " exceeds the cap of " + std::to_string(kMaxPayloadBytes));
   }
   return Status::Ok();
+}
+
+// The largest payload a request of `type` can legally carry for `shape`: Decode exactly
+// 16 + 2*(H*D + 2*Hkv*D), Prefill 16 + 4*max_context*Hkv*D (at most kMaxPayloadBytes),
+// CreateSequence 8, Info and Shutdown 0. A type outside the protocol gets the largest of these,
+// so that its frame can be read past and answered.
+inline std::uint64_t MaxRequestPayloadBytes(std::uint16_t type, const ModelShape& shape) {
+  const std::uint64_t kv = static_cast<std::uint64_t>(shape.kv_token_elems());
+  const std::uint64_t q = static_cast<std::uint64_t>(shape.num_q_heads) * shape.head_dim;
+  const std::uint64_t decode = kDecodePrefixBytes + (q + 2 * kv) * sizeof(Half);
+  const std::uint64_t prefill = std::min<std::uint64_t>(
+      kMaxPayloadBytes,
+      kPrefillPrefixBytes + 2 * sizeof(Half) * static_cast<std::uint64_t>(shape.max_context) * kv);
+  switch (static_cast<MessageType>(type)) {
+    case MessageType::kCreateSequence:
+      return 8;
+    case MessageType::kPrefill:
+      return prefill;
+    case MessageType::kDecode:
+      return decode;
+    case MessageType::kInfo:
+    case MessageType::kShutdown:
+      return 0;
+    default:
+      return std::max({decode, prefill, std::uint64_t{8}});
+  }
+}
+
+// The largest request payload of any type for `shape` (what InfoResult announces).
+inline std::uint32_t LargestRequestPayloadBytes(const ModelShape& shape) {
+  return static_cast<std::uint32_t>(MaxRequestPayloadBytes(0, shape));
+}
+
+inline const char* RequestTypeName(std::uint16_t type) {
+  switch (static_cast<MessageType>(type)) {
+    case MessageType::kCreateSequence: return "CreateSequence";
+    case MessageType::kPrefill: return "Prefill";
+    case MessageType::kDecode: return "Decode";
+    case MessageType::kInfo: return "Info";
+    case MessageType::kShutdown: return "Shutdown";
+    default: return "unknown-type";
+  }
+}
+
+// Checks a parsed header's payload_bytes against its type's largest legal payload. A frame over
+// it cannot be a valid request, and reading it would let a peer make the server hold bytes no
+// request needs; the stream is then closed, so the Status names the field.
+inline Status CheckRequestPayloadBytes(const FrameHeader& h, const ModelShape& shape) {
+  const std::uint64_t max = MaxRequestPayloadBytes(h.type, shape);
+  if (h.payload_bytes <= max) return Status::Ok();
+  return InvalidArgumentError("payload_bytes = " + std::to_string(h.payload_bytes) +
+                              " exceeds the largest legal " + RequestTypeName(h.type) +
+                              " payload, " + std::to_string(max) + " bytes for this shape");
 }
 
 // --- requests ------------------------------------------------------------------------------
