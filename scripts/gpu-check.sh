@@ -11,14 +11,67 @@
 #                 configuration against the reference, then times them and writes
 #                 tc_launch_table.inc into OUT_DIR (copy it to kernels/ to adopt it)
 #     --quick     a smaller batching-window sweep and launch-configuration sweep
+#
+# Fails (exit 1) when anything fails, and also when a check checked nothing: a GPU test that
+# skipped on this GPU host (other than the few that skip there by design: gpu_host_skips
+# in this file), a gtest filter that ran no test, or tune_window reporting failed requests.
 set -uo pipefail
+
+# Log checks, kept apart so that tests/scripts/gpu_check_logic_test.sh can run them on sample
+# logs (sourcing this file defines them and returns).
+#
+# Tests that skip on a GPU host by design: the checks of a GPU-less machine, and the launch
+# configurations that are not built (8 warps at head dim 256). Any other skip on a GPU host means
+# a GPU test did not run (e.g. the device could not be opened).
+gpu_host_skips='^(KvCacheGpuTest\.WithoutADevice[A-Za-z]*|CudaExecutorNoGpuTest\.[A-Za-z]*'
+gpu_host_skips+='|Settings/LaunchConfigTest\.MatchesReference/D256_G[0-9]+_warps8_[a-z0-9_]*)$'
+# ctest_skipped LOG: the tests a ctest log reports as skipped, one name a line.
+ctest_skipped() { sed -n 's/^[[:space:]]*[0-9][0-9]* - \(.*\) (Skipped)$/\1/p' "$1"; }
+# gtest_skipped LOG: the tests a (not --gtest_brief) gtest log reports as skipped, one a line.
+gtest_skipped() { sed -n 's/^\[  SKIPPED \] \([^0-9 ][^ ]*\).*/\1/p' "$1" | sort -u; }
+# gtest_count LOG ran|passed: how many tests a gtest log's summary says ran or passed; nothing
+# when the log has no summary.
+gtest_count() {
+  case "$2" in
+    ran) sed -n 's/^\[==========\] \([0-9][0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$1" ;;
+    passed) sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) tests\{0,1\}\.$/\1/p' "$1" ;;
+  esac | tail -1
+}
+# unexpected_skips: the test names on stdin that do not skip by design on a GPU host, on one
+# line.
+unexpected_skips() { grep -Ev "$gpu_host_skips" | tr '\n' ' ' | sed 's/ $//'; }
+# ctest_problem LOG / gtest_problem LOG: why a run on this GPU host checked less than it should
+# have; nothing when it is fine.
+ctest_problem() {
+  local skipped
+  skipped=$(ctest_skipped "$1" | unexpected_skips)
+  if [ -n "$skipped" ]; then echo "GPU tests skipped on a GPU host: $skipped"; fi
+}
+gtest_problem() {
+  local ran passed skipped
+  ran=$(gtest_count "$1" ran)
+  passed=$(gtest_count "$1" passed)
+  skipped=$(gtest_skipped "$1" | unexpected_skips)
+  if [ -z "$ran" ]; then echo "no gtest summary in the log (the run crashed or timed out)"
+  elif [ "$ran" -eq 0 ]; then echo "ran 0 tests (the filter matches none)"
+  elif [ "${passed:-0}" -eq 0 ]; then echo "no test passed"
+  elif [ -n "$skipped" ]; then echo "GPU tests skipped on a GPU host: $skipped"
+  fi
+}
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
+
 cd "$(dirname "$0")/.."
+all_phases="all tests sanitizer bench criteria sweep"
 phases=""; quick=0
 while (($#)); do
   case "$1" in
-    --phase) phases="$phases $2"; shift ;;
+    --phase)
+      if (($# < 2)) || [[ " $all_phases " != *" $2 "* ]]; then
+        echo "gpu-check: --phase needs one of: $all_phases (see --help)" >&2; exit 2
+      fi
+      phases="$phases $2"; shift ;;
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -54,8 +107,11 @@ fi
 
 if has tests; then
   log "ctest (every test; GPU tests run here)"
-  (cd "$build" && ctest --output-on-failure -j 4 --timeout 900) >"$out/ctest.log" 2>&1 || status=1
+  (cd "$build" && ctest --output-on-failure --no-tests=error -j 4 --timeout 900) \
+    >"$out/ctest.log" 2>&1 || status=1
   grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Failed  " "$out/ctest.log" | tail -12
+  problem=$(ctest_problem "$out/ctest.log")
+  if [ -n "$problem" ]; then log "ctest: FAILED: $problem"; status=1; fi
 fi
 
 if has sanitizer; then
@@ -67,8 +123,13 @@ if has sanitizer; then
   decode_filter+=':Settings/*D128_G8_warps8_ctas16_minsplit128:Settings/*D64_G1_warps2_ctas0_minsplit1024:Settings/*D256_G1_warps2_ctas16_minsplit128:TunedLaunchTableTest.*'
   executor_filter='-*InjectedLaunchFailure*'
   executor_initcheck='*EveryPathMatchesDenseReference:*CapturedShortReplaysLong:*DeviceAndHostMemoryInTheSameGraphs:*BatchLargerThanTheLargestBucketIsSplit'
+  gpu_tests=("$build"/tests/*_gpu_test)
+  if [ ! -x "${gpu_tests[0]}" ]; then
+    log "compute-sanitizer: FAILED: no GPU tests in $build/tests"; status=1
+  fi
   for tool in memcheck racecheck initcheck; do
-    for t in "$build"/tests/*_gpu_test; do
+    for t in "${gpu_tests[@]}"; do
+      [ -x "$t" ] || continue
       name=$(basename "$t")
       case "$name" in
         decode_gpu_test) filter=$decode_filter ;;
@@ -78,11 +139,16 @@ if has sanitizer; then
         *) filter='*' ;;
       esac
       logf="$out/sanitizer_${tool}_${name}.log"
-      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 \
+      # Not --gtest_brief: the log names the tests that skipped.
+      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" \
         --gtest_filter="$filter" >"$logf" 2>&1
       rc=$?
+      problem=$(gtest_problem "$logf")
+      if [ -n "$problem" ]; then
+        log "compute-sanitizer $tool $name: FAILED: $problem (filter $filter)"; status=1
+      fi
       summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logf" | tail -1)
-      tests=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \]" "$logf" | tr '\n' ' ')
+      tests=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]" "$logf" | tr '\n' ' ')
       if [ $tool = racecheck ] && [ $rc -eq 9 ]; then
         # cuBLAS's own Hopper GEMM kernels (nvjet_*, used by the GEMM path) draw racecheck
         # reports; ours must have none. Both counts are logged; only ours fail the check.
@@ -128,15 +194,21 @@ if has criteria; then
       --duration 0.5 --sequences 2048 >"$out/criteria_b$b.txt" 2>&1
     rc=$?
     tail -4 "$out/criteria_b$b.txt"
-    # rc 3 = a performance criterion missed: reported above, not a failed check.
-    [ $rc -eq 0 ] || [ $rc -eq 3 ] || status=1
+    # rc 3 = a performance criterion missed: reported above, not a failed check. rc 1 = a
+    # failed run (requests failed included: tune_window says why).
+    if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
+      log "tune_window --criteria $b: FAILED (rc $rc)"; status=1
+    fi
   done
 fi
 
 if has sweep; then
   log "study 4: every launch configuration against the reference, then the timing sweep"
-  if "$build/tests/decode_gpu_test" --gtest_brief=1 --gtest_filter='*LaunchConfig*:*TunedLaunch*' \
-      >"$out/launch_config_test.log" 2>&1; then
+  "$build/tests/decode_gpu_test" --gtest_filter='*LaunchConfig*:*TunedLaunch*' \
+    >"$out/launch_config_test.log" 2>&1
+  rc=$?
+  problem=$(gtest_problem "$out/launch_config_test.log")
+  if [ $rc -eq 0 ] && [ -z "$problem" ]; then
     tail -3 "$out/launch_config_test.log"
     q=(); [ $quick -eq 1 ] && q=(--quick)
     "$build/bench/kernels_launch_sweep_bench" "${q[@]}" --commit "$commit" \
@@ -144,7 +216,8 @@ if has sweep; then
       >"$out/kernels_launch_sweep.txt" 2>"$out/kernels_launch_sweep.progress" || status=1
     grep -E "pick|wrote" "$out/kernels_launch_sweep.txt" | tail -45
   else
-    tail -30 "$out/launch_config_test.log"; log "launch configurations FAILED: no sweep"; status=1
+    tail -30 "$out/launch_config_test.log"
+    log "launch configurations FAILED${problem:+: $problem}: no sweep"; status=1
   fi
 fi
 
