@@ -3,6 +3,8 @@
 // stalled generator cannot hide queueing: no coordinated omission) for a fixed duration, then
 // achieved batch size, p50/p99/p999 latency and throughput. Shared by the latency benchmark
 // (bench/scheduler_latency_harness.h) and the window-tuning tool (examples/tune_window.cc).
+// Every request is accounted for: shed load (the one expected refusal) apart from failures
+// (see OpenLoopResult), which a caller must not report as a result.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -38,13 +41,36 @@ struct OpenLoopConfig {
   // caps the offered rate near its Submit cost (a 12 KB copy each at H=32 Hkv=8 D=128).
   int producers = 1;
   int completion_threads = 2;  // SchedulerOptions::completion_threads
+  // Check the outputs of OK results (OpenLoopResult::wrong_outputs). Only for an executor that
+  // computes attention over caches holding values in [-1, 1] (a prefill from UniformHalves): the
+  // harness's q/k/v are such values, so every output, a softmax-weighted mean of V rows, is too.
+  bool check_outputs = false;
+  // While requests are outstanding and none completes for this long, the run stops waiting: the
+  // scheduler shuts down (completing what it still holds with Unavailable) and what never
+  // completed counts as lost.
+  double stall_timeout_s = 30;
 };
 
+// What is expected and what is a failure. The harness sets no deadline and cancels nothing, so
+// every accepted request must complete exactly once, OK, with a plausible output. The one
+// expected refusal is load shedding: Submit answering ResourceExhausted while max_queue_size
+// requests are queued, which deliberate overload (an offered rate above capacity) produces.
+// Anything else (another Submit error, an executor error, DeadlineExceeded, Unavailable, a lost
+// or twice-completed request, a wrong output) is a failure: failures() > 0, first_error says
+// what happened first, and the timings describe a broken run.
 struct OpenLoopResult {
   std::int64_t offered = 0;
-  std::int64_t rejected = 0;   // Submit refused (queue full)
-  std::int64_t completed = 0;  // OK results
-  std::int64_t failed = 0;     // non-OK results
+  std::int64_t rejected = 0;       // Submit answered ResourceExhausted (queue full): shed load
+  std::int64_t completed = 0;      // OK results
+  std::int64_t submit_errors = 0;  // Submit refused with any other status
+  std::int64_t failed = 0;         // non-OK results
+  std::int64_t lost = 0;           // accepted, never completed
+  std::int64_t duplicated = 0;     // completed more than once
+  std::int64_t wrong_outputs = 0;  // output rows not finite or outside [-1, 1] (check_outputs)
+  std::string first_error;
+  std::int64_t failures() const {
+    return submit_errors + failed + lost + duplicated + wrong_outputs;
+  }
   double elapsed_s = 0;        // first arrival to last result
   double throughput_per_s = 0; // completed / elapsed_s
   double batch_mean = 0;
@@ -68,6 +94,42 @@ inline Status EnsureSequences(runtime::Executor* executor, int n) {
   }
   return Status::Ok();
 }
+
+// n FP16 values uniform in [-1, 1]: the harness's q/k/v, and the prefill check_outputs needs.
+inline std::vector<Half> UniformHalves(std::mt19937_64& rng, std::size_t n) {
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  std::vector<Half> v(n);
+  for (Half& h : v) h = FloatToHalf(uniform(rng));
+  return v;
+}
+
+// The index of the first value of row[0, n) that is not finite or lies outside [-1, 1], or -1.
+inline std::ptrdiff_t FirstImplausibleOutput(const Half* row, std::size_t n) {
+  // Attention over V values in [-1, 1] stays in [-1, 1]; the slack covers FP16 rounding of the
+  // probabilities on the GPU (each within 2^-11 relative) with a wide margin.
+  constexpr float kLimit = 1.0f + 1.0f / 64;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!(std::abs(HalfToFloat(row[j])) <= kLimit)) return static_cast<std::ptrdiff_t>(j);
+  }
+  return -1;
+}
+
+// The first of several errors reported from many threads. Thread safety: Record from any thread.
+class FirstError {
+ public:
+  void Record(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (text_.empty()) text_ = what;
+  }
+  std::string Get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return text_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string text_;
+};
 
 inline double Percentile(std::vector<std::int64_t>& sorted_ns, double p) {
   if (sorted_ns.empty()) return 0;
@@ -95,11 +157,9 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
   const std::size_t kv_elems = static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim;
   std::mt19937_64 rng(config.seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<Half> q(q_elems), k(kv_elems), v(kv_elems);
-  for (auto& x : q) x = FloatToHalf(normal(rng));
-  for (auto& x : k) x = FloatToHalf(normal(rng));
-  for (auto& x : v) x = FloatToHalf(normal(rng));
+  const std::vector<Half> q = UniformHalves(rng, q_elems);
+  const std::vector<Half> k = UniformHalves(rng, kv_elems);
+  const std::vector<Half> v = UniformHalves(rng, kv_elems);
 
   // Arrival schedule, fixed before the run.
   std::exponential_distribution<double> gap(config.rate_per_s);
@@ -109,8 +169,21 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   }
   const std::size_t n = arrival_ns.size();
   std::vector<std::int64_t> latency_ns(n, -1);
-  std::vector<Half> out(q_elems);  // every result lands here (contents are not checked)
-  std::atomic<std::int64_t> done{0}, failed{0};
+  // Results land in a ring of output rows (request i in row i % rows), poisoned with NaN before
+  // the run. Checking each row once after the run (the last result written there) catches an
+  // executor that answers OK without writing, or writes garbage, off the completion path.
+  constexpr std::size_t kOutputRows = 1024;
+  constexpr Half kNaN{0x7e00};
+  const std::size_t rows = std::clamp<std::size_t>(n, 1, kOutputRows);
+  std::vector<Half> out(rows * q_elems, kNaN);
+  // Per request, written by its one producer thread: what Submit answered.
+  enum class Intake : std::uint8_t { kAccepted, kShed, kError };
+  std::vector<Intake> intake(n, Intake::kAccepted);
+  // Per request, written by its completion(s): how often it completed, and whether OK.
+  std::vector<std::atomic<int>> completions(n);
+  std::vector<char> result_ok(n, 0);
+  std::atomic<std::int64_t> done{0};
+  FirstError first_error;
 
   using Clock = std::chrono::steady_clock;
   OpenLoopResult result;
@@ -120,7 +193,6 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
 #endif
   std::vector<std::unique_ptr<scheduler::Scheduler::Producer>> producers;
   for (int p = 0; p < config.producers; ++p) producers.push_back(sched->CreateProducer());
-  std::vector<std::int64_t> accepted_by(config.producers, 0), rejected_by(config.producers, 0);
   const Clock::time_point start = Clock::now();
   auto produce = [&](int p) {
     for (std::size_t i = p; i < n; i += config.producers) {
@@ -131,14 +203,26 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
       r.q = q;
       r.k = k;
       r.v = v;
-      r.out = out.data();
+      r.out = out.data() + (i % rows) * q_elems;
       auto s = producers[p]->Submit(r, [&, i, due](scheduler::DecodeResult res) {
         latency_ns[i] =
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - due).count();
-        if (!res.status.ok()) failed.fetch_add(1, std::memory_order_relaxed);
+        if (res.status.ok()) {
+          result_ok[i] = 1;
+        } else {
+          first_error.Record("request " + std::to_string(i) + ": " + res.status.ToString());
+        }
+        completions[i].fetch_add(1, std::memory_order_relaxed);
         done.fetch_add(1, std::memory_order_release);
       });
-      ++(s.ok() ? accepted_by[p] : rejected_by[p]);
+      if (s.ok()) continue;
+      if (s.status().code() == StatusCode::kResourceExhausted) {
+        intake[i] = Intake::kShed;
+      } else {
+        intake[i] = Intake::kError;
+        first_error.Record("Submit of request " + std::to_string(i) + ": " +
+                           s.status().ToString());
+      }
     }
   };
   {
@@ -154,18 +238,61 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     produce(0);
     for (std::thread& t : threads) t.join();
   }
-  std::int64_t accepted = 0;
-  for (int p = 0; p < config.producers; ++p) {
-    accepted += accepted_by[p];
-    result.rejected += rejected_by[p];
-  }
-  while (done.load(std::memory_order_acquire) < accepted) {
+  const std::int64_t accepted = std::count(intake.begin(), intake.end(), Intake::kAccepted);
+  result.rejected = std::count(intake.begin(), intake.end(), Intake::kShed);
+  result.submit_errors = std::count(intake.begin(), intake.end(), Intake::kError);
+
+  // Wait for every accepted request, as long as completions keep coming.
+  std::int64_t seen = -1;
+  Clock::time_point last_progress = Clock::now();
+  for (std::int64_t d; (d = done.load(std::memory_order_acquire)) < accepted;) {
+    const Clock::time_point now = Clock::now();
+    if (d != seen) {
+      seen = d;
+      last_progress = now;
+    } else if (now - last_progress > std::chrono::duration<double>(config.stall_timeout_s)) {
+      first_error.Record("no request completed for " + std::to_string(config.stall_timeout_s) +
+                         " s with " + std::to_string(accepted - d) + " of " +
+                         std::to_string(accepted) + " accepted requests outstanding");
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   const Clock::time_point end = Clock::now();
   const scheduler::MetricsSnapshot m = sched->Metrics();
   producers.clear();  // a Producer must not outlive its scheduler
-  sched->Shutdown();
+  sched->Shutdown();  // no completion runs after this
+
+  for (std::size_t i = 0; i < n; ++i) {
+    if (intake[i] != Intake::kAccepted) continue;
+    const int c = completions[i].load(std::memory_order_relaxed);
+    if (c == 0) {
+      ++result.lost;
+      first_error.Record("request " + std::to_string(i) + " was accepted and never completed");
+    } else if (c > 1) {
+      ++result.duplicated;
+      first_error.Record("request " + std::to_string(i) + " completed " + std::to_string(c) +
+                         " times");
+    } else if (result_ok[i]) {
+      ++result.completed;
+    } else {
+      ++result.failed;
+    }
+  }
+  if (config.check_outputs) {
+    std::vector<char> row_written(rows, 0);
+    for (std::size_t i = 0; i < n; ++i) row_written[i % rows] |= result_ok[i];
+    for (std::size_t r = 0; r < rows; ++r) {
+      const Half* row = out.data() + r * q_elems;
+      const std::ptrdiff_t j = row_written[r] ? FirstImplausibleOutput(row, q_elems) : -1;
+      if (j < 0) continue;
+      ++result.wrong_outputs;
+      first_error.Record("an OK result's output (ring row " + std::to_string(r) + "): element " +
+                         std::to_string(j) + " = " + std::to_string(HalfToFloat(row[j])) +
+                         ", expected a finite value in [-1, 1]");
+    }
+  }
+  result.first_error = first_error.Get();
 
   std::vector<std::int64_t> sorted;
   sorted.reserve(n);
@@ -173,8 +300,6 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     if (l >= 0) sorted.push_back(l);
   }
   std::sort(sorted.begin(), sorted.end());
-  result.failed = failed.load();
-  result.completed = accepted - result.failed;
   result.elapsed_s = std::chrono::duration<double>(end - start).count();
   result.throughput_per_s = result.completed / result.elapsed_s;
   result.batch_mean = m.batch_size.Mean();
@@ -211,14 +336,13 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
   const std::size_t kv_elems = static_cast<std::size_t>(shape.kv_token_elems());
   std::mt19937_64 rng(7);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<Half> q(q_elems), kv(kv_elems);
-  for (auto& x : q) x = FloatToHalf(normal(rng));
-  for (auto& x : kv) x = FloatToHalf(normal(rng));
+  const std::vector<Half> q = UniformHalves(rng, q_elems);
+  const std::vector<Half> kv = UniformHalves(rng, kv_elems);
   // One output row per batch position: batches run in order, so rows are reused safely.
   std::vector<Half> out(q_elems * batch);
 
   std::atomic<std::int64_t> completed{0}, failed{0};
+  FirstError first_error;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const Clock::time_point stop = start + std::chrono::duration_cast<Clock::duration>(
@@ -237,18 +361,25 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
       r.v = kv.data();
       r.out = out.data() + j * q_elems;
     }
-    ATTNRT_RETURN_IF_ERROR(executor->Submit(std::move(b), [&](std::vector<Status> statuses) {
+    const Status st = executor->Submit(std::move(b), [&](std::vector<Status> statuses) {
       for (const Status& s : statuses) {
-        if (!s.ok()) failed.fetch_add(1, std::memory_order_relaxed);
+        if (s.ok()) continue;
+        failed.fetch_add(1, std::memory_order_relaxed);
+        first_error.Record(s.ToString());
       }
       completed.fetch_add(1, std::memory_order_release);
-    }));
+    });
+    if (!st.ok()) {
+      executor->Wait();  // the batches in flight call back into this frame
+      return st;
+    }
     ++submitted;
   }
   executor->Wait();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   if (failed.load() > 0) {
-    return InternalError(std::to_string(failed.load()) + " requests failed while measuring capacity");
+    return InternalError(std::to_string(failed.load()) +
+                         " requests failed while measuring capacity; first: " + first_error.Get());
   }
   CapacityResult r;
   r.batch = batch;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <string>
@@ -103,7 +104,10 @@ double MaxError(const attnrt::ModelShape& s, const Mirror& m, const std::vector<
     for (int i = 0; i < d; ++i) {
       double acc = 0.0;
       for (std::size_t t = 0; t < tokens; ++t) acc += scores[t] * m.v[(t * hkv + kvh) * d + i];
-      worst = std::max(worst, std::abs(acc / sum - attnrt::HalfToFloat(out[h * d + i])));
+      const double error = std::abs(acc / sum - attnrt::HalfToFloat(out[h * d + i]));
+      // A NaN output must fail the check: std::max would drop a NaN error.
+      if (!std::isfinite(error)) return std::numeric_limits<double>::infinity();
+      worst = std::max(worst, error);
     }
   }
   return worst;
