@@ -31,8 +31,8 @@
 //   Committed bytes: a payload is read as its bytes arrive, so memory follows bytes received,
 //     not bytes announced. All connections together hold at most --max-pending-mb in partially
 //     received payloads; a frame over 64 KiB that would pass the budget is read and dropped and
-//     answered ResourceExhausted (the connection stays usable; frames up to 64 KiB, Decode
-//     among them, are always admitted). A frame must complete within --frame-timeout-ms of its
+//     answered ResourceExhausted (the connection stays usable; Decode frames and frames up to
+//     64 KiB are always admitted). A frame must complete within --frame-timeout-ms of its
 //     first byte, else it is answered (when its header arrived) and the connection is closed.
 //   Connections: at most --max-connections open; the next ones are answered Unavailable and
 //     closed at once, and counted as refused.
@@ -65,6 +65,7 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
 #include <vector>
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <boost/asio.hpp>
@@ -92,6 +93,8 @@ constexpr std::size_t kAlwaysAdmittedPayloadBytes = 64u << 10;
 constexpr std::size_t kMaxGatheredReplies = 64;
 // Lines about misbehaving peers on stderr, at most (the summary counts them all).
 constexpr long kMaxPeerLogLines = 50;
+// Allocations from this size up are mmapped and returned to the system when freed (see main).
+constexpr int kMmapThresholdBytes = 256 << 10;
 // An accept that failed (e.g. out of descriptors) is retried after this, not at once.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 
@@ -881,6 +884,11 @@ void FitDescriptorLimit(long max_connections) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the banner must reach a pipe or file at once
+  // Large payload buffers come and go with frames. By default glibc raises its mmap threshold
+  // after the first large free and serves later ones from heaps it seldom trims, so the process
+  // would keep the high-water mark of payloads (budget-rejected frames included) instead of
+  // what it holds; a fixed threshold gives them back to the system when freed.
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   ServerOptions o;
   if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
     return rc;
