@@ -44,6 +44,10 @@ inline constexpr int kNumPriorityLevels = 2;
 // copy Submit makes anyway (bench/NOTES.md).
 inline constexpr bool kCheckFinite = true;
 inline constexpr int kCompletionThreads = 2;
+// The batching thread polls this long for new work before it blocks: a request arriving within
+// it is taken without waking a sleeping thread (several microseconds saved on every step of a
+// closed-loop decode). 0 = block at once (no idle CPU spent).
+inline constexpr int kBatcherSpinUs = 100;
 }  // namespace defaults
 
 }  // namespace attnrt

@@ -51,6 +51,8 @@ struct RuntimeOptions {
   // sequence.
   bool check_finite = defaults::kCheckFinite;
   int completion_threads = defaults::kCompletionThreads;  // threads running callbacks / futures
+  // How long the batching thread polls for new requests before it sleeps; 0 = sleep at once.
+  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinUs};
 
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
   // debugging, decode kernel variant by name (empty = production default).

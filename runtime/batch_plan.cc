@@ -210,9 +210,29 @@ void BatchPlanner::Settle(const Batch& batch, BatchPlan* plan) {
   }
 }
 
+Status BatchPlanner::Create(SequenceId id) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  ATTNRT_RETURN_IF_ERROR(table_->Create(id));
+  DirectoryShard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> shard_lock(shard.mu);
+  shard.ids.insert(id);
+  return Status::Ok();
+}
+
+bool BatchPlanner::Contains(SequenceId id) const {
+  DirectoryShard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  return shard.ids.count(id) != 0;
+}
+
 Status BatchPlanner::Free(SequenceId id) {
   std::lock_guard<std::mutex> lock(table_mu_);
   ATTNRT_RETURN_IF_ERROR(table_->Free(id));
+  {
+    DirectoryShard& shard = ShardOf(id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    shard.ids.erase(id);
+  }
   if (lost_count_.load(std::memory_order_relaxed) > 0) {
     for (int layer = 0; layer < table_->shape().num_layers; ++layer) {
       if (lost_.erase({id, layer}) > 0) lost_count_.fetch_sub(1, std::memory_order_relaxed);
@@ -224,6 +244,11 @@ Status BatchPlanner::Free(SequenceId id) {
 Status BatchPlanner::Fork(SequenceId parent, SequenceId child) {
   std::lock_guard<std::mutex> lock(table_mu_);
   ATTNRT_RETURN_IF_ERROR(table_->Fork(parent, child));
+  {
+    DirectoryShard& shard = ShardOf(child);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    shard.ids.insert(child);
+  }
   if (lost_count_.load(std::memory_order_relaxed) > 0) {  // the child shares the lost positions
     for (int layer = 0; layer < table_->shape().num_layers; ++layer) {
       auto it = lost_.find({parent, layer});

@@ -4,6 +4,7 @@
 // runtime/; no CUDA.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <cstdint>
@@ -107,9 +108,13 @@ class BatchPlanner {
   // (marked); each that succeeded but attended over a token lost earlier fails with that
   // FailedPrecondition instead. Call in completion order.
   void Settle(const Batch& batch, BatchPlan* plan);
-  // Free and fork of sequences under the table lock, keeping the lost-token marks in step.
+  // Create, free and fork under the table lock, keeping the lost-token marks and the directory
+  // of live ids in step.
+  Status Create(SequenceId id);
   Status Free(SequenceId id);
   Status Fork(SequenceId parent, SequenceId child);
+  // Whether `id` is live, without the table lock (sharded; Submit asks it on every request).
+  bool Contains(SequenceId id) const;
   // PrefillCache under the table lock, refused on a (sequence, layer) that lost a token.
   Status Prefill(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
                  const Half* k, const Half* v);
@@ -131,6 +136,18 @@ class BatchPlanner {
   Status LostTokenStatus(SequenceId id, int layer) const;
   void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause);
   Status CheckTokensIntact(SequenceId id, int layer, int kv_length) const;
+
+  // Live ids, sharded so that the scheduler's per-request existence check never waits for a
+  // batch being planned. Written under table_mu_; each shard under its own lock.
+  static constexpr int kDirectoryShards = 64;
+  struct alignas(64) DirectoryShard {
+    mutable std::mutex mu;
+    std::unordered_set<SequenceId> ids;  // GUARDED_BY(mu)
+  };
+  DirectoryShard& ShardOf(SequenceId id) const {
+    return directory_[(id * 0x9E3779B97F4A7C15ull) >> 58];
+  }
+  mutable std::array<DirectoryShard, kDirectoryShards> directory_;
 
   std::mutex submission_mu_;
   mutable std::mutex table_mu_;

@@ -190,7 +190,7 @@ void CpuExecutor::Wait() {
 // freed block.
 Status CpuExecutor::CreateSequence(SequenceId id) {
   auto hold = planner_.LockSubmission();
-  return planner_.WithTable([&](kvcache::SequenceTable& t) { return t.Create(id); });
+  return planner_.Create(id);
 }
 
 Status CpuExecutor::ForkSequence(SequenceId parent, SequenceId child) {

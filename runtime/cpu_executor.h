@@ -51,6 +51,7 @@ class CpuExecutor final : public Executor {
   Status FreeSequence(SequenceId id) override;
   Status Prefill(SequenceId id, int layer, int num_tokens, const Half* k, const Half* v) override;
   StatusOr<int> SequenceLength(SequenceId id, int layer) const override;
+  bool HasSequence(SequenceId id) const override { return planner_.Contains(id); }
 
   ExecutorStats stats() const override;
 

@@ -963,7 +963,7 @@ void CudaExecutor::Wait() { impl_->WaitAll(); }
 // writes the pools from the host, so it drains the stream first.
 Status CudaExecutor::CreateSequence(SequenceId id) {
   auto hold = impl_->planner->LockSubmission();
-  return impl_->planner->WithTable([&](kvcache::SequenceTable& t) { return t.Create(id); });
+  return impl_->planner->Create(id);
 }
 Status CudaExecutor::ForkSequence(SequenceId parent, SequenceId child) {
   auto hold = impl_->planner->LockSubmission();
@@ -987,6 +987,8 @@ StatusOr<int> CudaExecutor::SequenceLength(SequenceId id, int layer) const {
   return impl_->planner->WithTable(
       [&](kvcache::SequenceTable& t) { return t.Length(id, layer); });
 }
+
+bool CudaExecutor::HasSequence(SequenceId id) const { return impl_->planner->Contains(id); }
 
 Status CudaExecutor::ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) {
   ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());

@@ -117,6 +117,7 @@ class CudaExecutor : public Executor {
   Status FreeSequence(SequenceId id) override;
   Status Prefill(SequenceId id, int layer, int num_tokens, const Half* k, const Half* v) override;
   StatusOr<int> SequenceLength(SequenceId id, int layer) const override;
+  bool HasSequence(SequenceId id) const override;
   ExecutorStats stats() const override;
 
   LaunchMode mode() const;

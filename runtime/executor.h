@@ -123,6 +123,9 @@ class Executor {
                          const Half* v) = 0;
   // Tokens stored for (sequence, layer).
   virtual StatusOr<int> SequenceLength(SequenceId id, int layer) const = 0;
+  // Whether the sequence exists; called by the scheduler on every Submit, from many threads at
+  // once, so an executor should answer it without the lock its batches are planned under.
+  virtual bool HasSequence(SequenceId id) const { return SequenceLength(id, 0).ok(); }
 
   virtual ExecutorStats stats() const = 0;
 };

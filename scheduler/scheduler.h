@@ -9,15 +9,16 @@
 //   batching thread drains that queue into per-priority FIFO lists, applies deadlines and
 //   cancellations, forms batches by the window below and hands them to the executor, keeping up
 //   to executor->max_in_flight() batches in flight (batch i+1 is formed while batch i runs).
-//   Results are delivered on a Boost.Asio thread pool (completion_threads), never on the
-//   batching thread: a slow or blocking callback delays only the completions queued behind it on
-//   its pool thread, never batching.
+//   Callbacks run on a Boost.Asio thread pool (completion_threads), never on the batching
+//   thread: a slow or blocking callback delays only the completions queued behind it on its
+//   pool thread, never batching. Small batches of future-form requests are completed on the
+//   executor's completion thread (a promise runs no user code), one thread hand-off fewer.
 //
 // Validation at Submit (a rejected request is not enqueued; no callback runs; the Status names
 // the field and its value): q has H*D elements, k and v Hkv*D (H, Hkv, D from the executor's
 // ModelShape); 0 <= layer < num_layers; 0 <= priority < num_priority_levels; timeout > 0 and
-// not longer than default_timeout; the sequence is known to the executor (SequenceLength(id, 0)
-// not NotFound); with check_finite, no Inf/NaN in q, k or v. Then: Unavailable once Drain() or
+// not longer than default_timeout; the sequence is known to the executor (HasSequence); with
+// check_finite, no Inf/NaN in q, k or v. Then: Unavailable once Drain() or
 // Shutdown() has begun; ResourceExhausted when max_queue_size requests are already queued.
 //
 // Batching window (semantics of Triton's dynamic batcher: max_queue_delay_microseconds with the
@@ -103,6 +104,8 @@ struct SchedulerOptions {
   bool check_finite = defaults::kCheckFinite;
   // Threads delivering results (futures and callbacks); 1..64.
   int completion_threads = defaults::kCompletionThreads;
+  // How long the batching thread polls for work before it blocks (0 = never polls). >= 0.
+  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinUs};
 };
 
 
@@ -114,8 +117,8 @@ class Scheduler {
 
   // `executor` and `clock` must outlive the scheduler; a null clock means the steady clock. The
   // scheduler is the only caller of executor->Submit while it lives. Submit calls
-  // executor->SequenceLength(id, 0) from the submitting thread, concurrently with batches
-  // running, so the executor must make that query thread-safe. InvalidArgument names the bad
+  // executor->HasSequence(id) from the submitting threads, concurrently with batches running,
+  // so the executor must make that query thread-safe (and cheap). InvalidArgument names the bad
   // option.
   static StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
                                                      runtime::Executor* executor,
@@ -139,9 +142,9 @@ class Scheduler {
   void Drain();
   void Shutdown();
 
-  // Runs fn() while no decode request of sequence `id` is outstanding (submitted and not yet
-  // completed), holding off new ones of it until fn returns; otherwise FailedPrecondition naming
-  // `call` (e.g. "FreeSequence") and the count. The facade runs the calls that change a
+  // Runs fn() when no decode request of sequence `id` is outstanding (submitted and not yet
+  // completed); otherwise FailedPrecondition naming `call` (e.g. "FreeSequence") and the count.
+  // A Submit racing the call may land before or after it. The facade runs the calls that change a
   // sequence's cache through it, so they never race that sequence's decodes. A request counts
   // as completed just before its future or callback sees the result.
   Status RunIfSequenceIdle(std::uint64_t id, const char* call, const std::function<Status()>& fn);

@@ -31,18 +31,22 @@ class SequenceActivity {
     if (it != s.outstanding.end() && --it->second == 0) s.outstanding.erase(it);
   }
 
-  // Runs fn() with no request of `id` outstanding, and no new one able to count itself until
-  // fn returns; FailedPrecondition naming `call` and the count otherwise.
+  // Runs fn() if no request of `id` is outstanding; FailedPrecondition naming `call` and the
+  // count otherwise. fn runs without the shard lock held: it may wait for the executor, whose
+  // completion path calls Remove. A Submit racing the call lands on either side of it (the
+  // executor keeps that safe; see runtime/executor.h).
   template <typename Fn>
   Status RunIfIdle(std::uint64_t id, const char* call, Fn&& fn) {
-    Shard& s = ShardOf(id);
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.outstanding.find(id);
-    if (it != s.outstanding.end()) {
-      return FailedPreconditionError(std::string(call) + ": sequence_id " + std::to_string(id) +
-                                     " has " + std::to_string(it->second) +
-                                     " decode request(s) submitted and not yet completed; call "
-                                     "it after they complete");
+    {
+      Shard& s = ShardOf(id);
+      std::lock_guard<std::mutex> lock(s.mu);
+      auto it = s.outstanding.find(id);
+      if (it != s.outstanding.end()) {
+        return FailedPreconditionError(std::string(call) + ": sequence_id " + std::to_string(id) +
+                                       " has " + std::to_string(it->second) +
+                                       " decode request(s) submitted and not yet completed; "
+                                       "call it after they complete");
+      }
     }
     return std::forward<Fn>(fn)();
   }

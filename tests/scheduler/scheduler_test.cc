@@ -147,6 +147,7 @@ TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 0; }},
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 17; }},
       {"completion_threads", [](SchedulerOptions& o) { o.completion_threads = 0; }},
+      {"batcher_spin", [](SchedulerOptions& o) { o.batcher_spin = microseconds(-1); }},
   };
   for (const Case& c : cases) {
     SchedulerOptions o;
