@@ -6,6 +6,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_device.cuh"
+#include "kernels/decode_internal.h"
 
 namespace attnrt::kernels {
 namespace {
@@ -44,9 +45,9 @@ __global__ void __launch_bounds__(kAppendThreads)
 }  // namespace
 
 Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream) {
-  if (batch.capacity < 0 || batch.capacity > 65535) {
+  if (batch.capacity < 0 || batch.capacity > kMaxDecodeCapacity) {
     return InvalidArgumentError("batch.capacity = " + std::to_string(batch.capacity) +
-                                ", expected 0..65535");
+                                ", expected 0.." + std::to_string(kMaxDecodeCapacity));
   }
   if (pools.head_dim <= 0 || pools.head_dim % 8 != 0) {
     return InvalidArgumentError("pools.head_dim = " + std::to_string(pools.head_dim) +
@@ -58,20 +59,18 @@ Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cud
                                 ", expected both > 0");
   }
   if (batch.capacity == 0) return Status::Ok();
-  struct Ptr {
+  struct Pointer {
     const char* name;
     const void* p;
-    bool vector;
+    std::size_t alignment;
   };
-  for (const Ptr& ptr : {Ptr{"batch.kv_lengths", batch.kv_lengths, false},
-                         Ptr{"batch.layers", batch.layers, false},
-                         Ptr{"batch.block_tables", batch.block_tables, false},
-                         Ptr{"batch.k_new", batch.k_new, true}, Ptr{"batch.v_new", batch.v_new, true},
-                         Ptr{"pools.k", pools.k, true}, Ptr{"pools.v", pools.v, true}}) {
-    if (ptr.p == nullptr) return InvalidArgumentError(std::string(ptr.name) + " is null");
-    if (ptr.vector && reinterpret_cast<std::uintptr_t>(ptr.p) % 16 != 0) {
-      return InvalidArgumentError(std::string(ptr.name) + " is not 16-byte aligned");
-    }
+  for (const Pointer& ptr : {Pointer{"batch.kv_lengths", batch.kv_lengths, 4},
+                             Pointer{"batch.layers", batch.layers, 4},
+                             Pointer{"batch.block_tables", batch.block_tables, 4},
+                             Pointer{"batch.k_new", batch.k_new, 16},
+                             Pointer{"batch.v_new", batch.v_new, 16},
+                             Pointer{"pools.k", pools.k, 16}, Pointer{"pools.v", pools.v, 16}}) {
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer(ptr.name, ptr.p, ptr.alignment));
   }
   // Programmatic dependent launch: overlaps this launch with the tail of a kernel before it.
   cudaLaunchAttribute attr[1];

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "api/config.h"
 #include "api/status.h"
@@ -21,10 +22,35 @@ namespace attnrt::kernels {
 // Unimplemented naming the combination if (D, block size, group) is outside what the CUDA
 // variants instantiate; InvalidArgument if the shape itself is invalid.
 Status CheckKernelShape(const ModelShape& shape, std::string_view variant);
-// InvalidArgument naming the field when the views disagree with the shape, a pointer is null or
-// misaligned for 16-byte access.
-Status CheckLaunchViews(const ModelShape& shape, const DecodeBatchView& batch,
-                        const KvPoolView& pools);
+
+// Slots a decode grid may have (a grid's y and z extents are at most 65535).
+inline constexpr int kMaxDecodeCapacity = 65535;
+
+// The one check of a run's inputs, whatever the path: InvalidArgument naming the field and value
+// when the views disagree with `shape` or `capacity`, a pointer a kernel dereferences is null or
+// misaligned for its widest access (k_new/v_new only when `reads_new_kv`), or the workspace is
+// smaller than `workspace_bytes` or not 256-byte aligned (cudaMalloc's alignment, which
+// cublasSetWorkspace needs).
+Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatchView& batch,
+                         const KvPoolView& pools, DecodeWorkspace workspace,
+                         std::size_t workspace_bytes, bool reads_new_kv);
+// InvalidArgument "<name> is null" or "<name> is not <alignment>-byte aligned".
+Status CheckDevicePointer(const char* name, const void* p, std::size_t alignment);
+
+// The one place a runtime head dim becomes a template argument: calls
+// fn(std::integral_constant<int, D>{}) for D = head_dim in 64, 128, 256 (what ModelShape admits
+// and every kernel instantiates) and returns OK; Unimplemented naming head_dim otherwise.
+template <typename Fn>
+Status DispatchHeadDim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 64: fn(std::integral_constant<int, 64>{}); return Status::Ok();
+    case 128: fn(std::integral_constant<int, 128>{}); return Status::Ok();
+    case 256: fn(std::integral_constant<int, 256>{}); return Status::Ok();
+    default:
+      return UnimplementedError("head_dim = " + std::to_string(head_dim) +
+                                " has no kernel instance (64, 128 or 256)");
+  }
+}
 
 // ---- variant "simple": one CTA per (slot, q head), online softmax, no workspace -----------
 Status SimpleSupports(const ModelShape& shape);
@@ -133,7 +159,7 @@ struct PagedDecodeParams {
   float* lse;
   float scale_log2;  // softmax scale * log2(e): scores in log2 units
 };
-// From views that passed CheckLaunchViews.
+// From views that passed CheckDecodeInputs.
 PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBatchView& batch,
                                         const KvPoolView& pools);
 
@@ -154,9 +180,10 @@ struct SplitKvKernel {
   int smem_bytes = 0;        // dynamic shared memory
   int tile_tokens = 32;
 };
-// Defined by each family's file.
-SplitKvKernel SimtKernelFor(int head_dim, int group);
-SplitKvKernel TcKernelFor(int head_dim, int warps);
+// Defined by each family's file: Unimplemented for a head dim or group without an instance,
+// InvalidArgument naming config.warps for a CTA size not built at this head dim.
+StatusOr<SplitKvKernel> SimtKernelFor(int head_dim, int group);
+StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps);
 
 // Validates, plans, launches the decode kernel and (when any slot can split) the merge kernel,
 // both with programmatic dependent launch so each one's launch overlaps its predecessor.

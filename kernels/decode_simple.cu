@@ -2,8 +2,11 @@
 // softmax, the four warps merge at the end. No split, no workspace, scalar page-table lookups:
 // the correctness baseline the tuned variant is measured against (it re-reads each K/V byte
 // once per q head of a GQA group).
+// Issue 17: the four warps' merge and the output store are attention_merge.cuh's (same arithmetic
+// in the same order; the LSE is now written inside the store loop by the d == 0 thread).
 #include <cstdint>
 
+#include "kernels/attention_merge.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
@@ -68,23 +71,19 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Paged
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) s_acc[warp][lane * kPerLane + e] = acc[e];
   __syncthreads();
-  float m_all = kNoScore;
-#pragma unroll
-  for (int w = 0; w < kSimpleWarps; ++w) m_all = fmaxf(m_all, s_m[w]);
-  float l_all = 0.0f, scale[kSimpleWarps];
-#pragma unroll
-  for (int w = 0; w < kSimpleWarps; ++w) {
-    scale[w] = exp2f(s_m[w] - m_all);
-    l_all += s_l[w] * scale[w];
-  }
+  auto m_of = [&](int w) { return s_m[w]; };
+  auto l_of = [&](int w) { return s_l[w]; };
   for (int d = threadIdx.x; d < kHeadDim; d += kSimpleThreads) {
-    float o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kSimpleWarps; ++w) o += s_acc[w][d] * scale[w];
-    reinterpret_cast<__half*>(p.out)[q_row + d] = __float2half_rn(o / l_all);
+    const AttentionState<float> s = MergeAttentionStates<float>(
+        kSimpleWarps, m_of, l_of, [&](int w) { return s_acc[w][d]; });
+    StoreHalves(reinterpret_cast<__half*>(p.out) + q_row + d, s.acc,
+                Normalizer<Normalize::kDivide>(s.l));
   }
   if (p.lse != nullptr && threadIdx.x == 0) {
-    p.lse[static_cast<std::int64_t>(slot) * p.num_q_heads + h] = (m_all + log2f(l_all)) * kLn2;
+    const AttentionState<float> s =
+        MergeAttentionStates<float>(kSimpleWarps, m_of, l_of, [](int) { return 0.0f; });
+    p.lse[static_cast<std::int64_t>(slot) * p.num_q_heads + h] =
+        NaturalLse<ScoreUnits::kLog2>(s.m, s.l);
   }
 }
 
@@ -95,17 +94,16 @@ Status SimpleSupports(const ModelShape& shape) { return CheckKernelShape(shape, 
 std::size_t SimpleWorkspaceBytes(const ModelShape&, int) { return 0; }
 
 Status SimpleLaunch(const ModelShape& shape, const DecodeBatchView& batch, const KvPoolView& pools,
-                    DecodeWorkspace, cudaStream_t stream) {
+                    DecodeWorkspace workspace, cudaStream_t stream) {
   ATTNRT_RETURN_IF_ERROR(SimpleSupports(shape));
-  ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
+  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(shape, batch.capacity, batch, pools, workspace,
+                                           /*workspace_bytes=*/0, /*reads_new_kv=*/false));
   if (batch.capacity == 0) return Status::Ok();
   const PagedDecodeParams p = MakePagedDecodeParams(shape, batch, pools);
   const dim3 grid(batch.num_q_heads, batch.capacity);
-  switch (shape.head_dim) {
-    case 64: SimpleDecodeKernel<64><<<grid, kSimpleThreads, 0, stream>>>(p); break;
-    case 128: SimpleDecodeKernel<128><<<grid, kSimpleThreads, 0, stream>>>(p); break;
-    default: SimpleDecodeKernel<256><<<grid, kSimpleThreads, 0, stream>>>(p); break;
-  }
+  ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(shape.head_dim, [&](auto head_dim) {
+    SimpleDecodeKernel<decltype(head_dim)::value><<<grid, kSimpleThreads, 0, stream>>>(p);
+  }));
   ATTNRT_CUDA_RETURN_LAUNCH();
   return Status::Ok();
 }

@@ -7,8 +7,12 @@
 // on N = 8, so P goes from S's accumulators straight into the B operand and O needs D/4
 // registers. H100, 2026-11-21, GQA 64/8 B=32 T=4096: 242 -> 186 us (0.72 -> 0.94 of the read
 // ceiling); MHA and G <= 4 within 1-2% of split_kv_simt (bench/NOTES.md, "## kernels").
+// Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's; the PTX
+// differs from before only in the order of independent instructions (main loop untouched).
 #include <cstdint>
+#include <string>
 
+#include "kernels/attention_merge.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
@@ -262,25 +266,12 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   for (int idx = threadIdx.x; idx < p.group * kHeadDim; idx += (kWarps * 32)) {
     const int h = idx / kHeadDim;
     const int d = idx % kHeadDim;
-    float mxw = kNoScore;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mxw = fmaxf(mxw, red_ml[(w * kMaxHeadsPerKv + h) * 2]);
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float scale = exp2f(red_ml[(w * kMaxHeadsPerKv + h) * 2] - mxw);
-      sum += red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1] * scale;
-      acc += red_o[(w * kMaxHeadsPerKv + h) * kHeadDim + d] * scale;
-    }
+    const AttentionState<float> s = MergeAttentionStates<float>(
+        kWarps, [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2]; },
+        [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1]; },
+        [&](int w) { return red_o[(w * kMaxHeadsPerKv + h) * kHeadDim + d]; });
     const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * p.group + h;
-    if (ss.num_splits == 1) {
-      reinterpret_cast<__half*>(p.out)[row * kHeadDim + d] = __float2half_rn(acc / sum);
-      if (d == 0 && p.lse != nullptr) p.lse[row] = (mxw + log2f(sum)) * kLn2;
-    } else {
-      const std::int64_t part = row * p.plan.max_splits + split;
-      p.partial_out[part * kHeadDim + d] = acc / sum;
-      if (d == 0) p.partial_lse[part] = mxw + log2f(sum);
-    }
+    StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
 }
 
@@ -311,13 +302,16 @@ SplitKvKernel TcKernelForDim(int warps) {
 
 }  // namespace
 
-SplitKvKernel TcKernelFor(int head_dim, int warps) {
-  switch (head_dim) {
-    case 64: return TcKernelForDim<64>(warps);
-    case 128: return TcKernelForDim<128>(warps);
-    case 256: return TcKernelForDim<256>(warps);
-    default: return {};
+StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps) {
+  SplitKvKernel k;
+  ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(
+      head_dim, [&](auto d) { k = TcKernelForDim<decltype(d)::value>(warps); }));
+  if (k.fn == nullptr) {
+    return InvalidArgumentError("config.warps = " + std::to_string(warps) +
+                                " is not built for head_dim = " + std::to_string(head_dim) +
+                                " (warps 2, 4, 8; 8 only for head_dim 64 and 128)");
   }
+  return k;
 }
 
 }  // namespace attnrt::kernels

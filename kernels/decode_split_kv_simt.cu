@@ -3,9 +3,12 @@
 // cp.async copies 3 stages deep (each thread copies exactly the chunks it later reads, so the
 // main loop has no barrier), block ids fetched one tile ahead, device-side splits + merge.
 // H200, 2026-11-21: MHA B=32 H=32 T=4096 990 -> 489 us; GQA 32/8 935 -> 162 us (bench/NOTES.md).
+// Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's; the PTX
+// differs from before only in the order of independent instructions (main loop untouched).
 #include <cstdint>
 #include <string>
 
+#include "kernels/attention_merge.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
@@ -219,25 +222,12 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
   for (int idx = tid; idx < kGroup * kHeadDim; idx += kThreads) {
     const int g = idx / kHeadDim;
     const int d = idx % kHeadDim;
-    float mx = kNoScore;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_ml[(w * kGroup + g) * 2]);
-    float sum = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float scale = exp2f(red_ml[(w * kGroup + g) * 2] - mx);
-      sum += red_ml[(w * kGroup + g) * 2 + 1] * scale;
-      o += red_acc[(w * kGroup + g) * kHeadDim + d] * scale;
-    }
+    const AttentionState<float> s = MergeAttentionStates<float>(
+        kWarps, [&](int w) { return red_ml[(w * kGroup + g) * 2]; },
+        [&](int w) { return red_ml[(w * kGroup + g) * 2 + 1]; },
+        [&](int w) { return red_acc[(w * kGroup + g) * kHeadDim + d]; });
     const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * kGroup + g;
-    if (ss.num_splits == 1) {
-      reinterpret_cast<__half*>(p.out)[row * kHeadDim + d] = __float2half_rn(o / sum);
-      if (d == 0 && p.lse != nullptr) p.lse[row] = (mx + log2f(sum)) * kLn2;
-    } else {
-      const std::int64_t part = row * p.plan.max_splits + split;
-      p.partial_out[part * kHeadDim + d] = o / sum;
-      if (d == 0) p.partial_lse[part] = mx + log2f(sum);
-    }
+    StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
 }
 
@@ -251,19 +241,23 @@ SplitKvKernel SimtKernelForDim(int group) {
     case 1: k.fn = reinterpret_cast<const void*>(SplitKvDecodeKernel<kHeadDim, 1>); break;
     case 2: k.fn = reinterpret_cast<const void*>(SplitKvDecodeKernel<kHeadDim, 2>); break;
     case 4: k.fn = reinterpret_cast<const void*>(SplitKvDecodeKernel<kHeadDim, 4>); break;
-    default: k.fn = reinterpret_cast<const void*>(SplitKvDecodeKernel<kHeadDim, 8>); break;
+    case 8: k.fn = reinterpret_cast<const void*>(SplitKvDecodeKernel<kHeadDim, 8>); break;
+    default: k.fn = nullptr; break;
   }
   return k;
 }
 
 }  // namespace
 
-SplitKvKernel SimtKernelFor(int head_dim, int group) {
-  switch (head_dim) {
-    case 64: return SimtKernelForDim<64>(group);
-    case 128: return SimtKernelForDim<128>(group);
-    default: return SimtKernelForDim<256>(group);
+StatusOr<SplitKvKernel> SimtKernelFor(int head_dim, int group) {
+  SplitKvKernel k;
+  ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(
+      head_dim, [&](auto d) { k = SimtKernelForDim<decltype(d)::value>(group); }));
+  if (k.fn == nullptr) {
+    return UnimplementedError("split_kv_simt has no kernel for group size " +
+                              std::to_string(group) + " (1, 2, 4 or 8)");
   }
+  return k;
 }
 
 }  // namespace attnrt::kernels

@@ -21,8 +21,6 @@ constexpr std::array<DecodeVariant, 3> kVariants = {{
      SplitKvVariantLaunch<SplitKvFamily::kTensorCore>},
 }};
 
-bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 std::span<const DecodeVariant> DecodeVariants() { return kVariants; }
@@ -47,7 +45,9 @@ Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& sha
                          shape, batch, pools, workspace, stream, /*fuse_append=*/true);
   }
   ATTNRT_RETURN_IF_ERROR(variant.supports(shape));  // reject before the append writes anything
-  ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
+  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(shape, batch.capacity, batch, pools, workspace,
+                                           variant.workspace_bytes(shape, batch.capacity),
+                                           /*reads_new_kv=*/true));
   ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(batch, pools, stream));
   return variant.launch(shape, batch, pools, workspace, stream);
 }
@@ -72,8 +72,18 @@ Status CheckKernelShape(const ModelShape& shape, std::string_view variant) {
   return shape.Validate();
 }
 
-Status CheckLaunchViews(const ModelShape& shape, const DecodeBatchView& batch,
-                        const KvPoolView& pools) {
+Status CheckDevicePointer(const char* name, const void* p, std::size_t alignment) {
+  if (p == nullptr) return InvalidArgumentError(std::string(name) + " is null");
+  if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0) {
+    return InvalidArgumentError(std::string(name) + " is not " + std::to_string(alignment) +
+                                "-byte aligned (vector access)");
+  }
+  return Status::Ok();
+}
+
+Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatchView& batch,
+                         const KvPoolView& pools, DecodeWorkspace workspace,
+                         std::size_t workspace_bytes, bool reads_new_kv) {
   auto mismatch = [](const char* field, long long got, const char* what, long long want) {
     return InvalidArgumentError(std::string(field) + " = " + std::to_string(got) +
                                 ", expected " + what + " = " + std::to_string(want));
@@ -95,9 +105,12 @@ Status CheckLaunchViews(const ModelShape& shape, const DecodeBatchView& batch,
     return mismatch("batch.num_q_heads", batch.num_q_heads, "shape.num_q_heads",
                     shape.num_q_heads);
   }
-  if (batch.capacity < 0 || batch.capacity > 65535) {
-    return InvalidArgumentError("batch.capacity = " + std::to_string(batch.capacity) +
-                                ", expected 0..65535");
+  if (batch.capacity != capacity) {
+    return mismatch("batch.capacity", batch.capacity, "capacity", capacity);
+  }
+  if (capacity < 0 || capacity > kMaxDecodeCapacity) {
+    return InvalidArgumentError("batch.capacity = " + std::to_string(capacity) + ", expected 0.." +
+                                std::to_string(kMaxDecodeCapacity));
   }
   if (batch.max_blocks_per_seq < shape.max_blocks_per_sequence()) {
     return mismatch("batch.max_blocks_per_seq", batch.max_blocks_per_seq,
@@ -108,22 +121,31 @@ Status CheckLaunchViews(const ModelShape& shape, const DecodeBatchView& batch,
     return InvalidArgumentError("batch.scale = " + std::to_string(batch.scale) +
                                 ", expected a finite value > 0");
   }
-  struct Ptr {
+  struct Pointer {
     const char* name;
     const void* p;
+    std::size_t alignment;  // the kernels' widest access
   };
-  const Ptr ptrs[] = {{"pools.k", pools.k},         {"pools.v", pools.v},
-                      {"batch.kv_lengths", batch.kv_lengths},
-                      {"batch.layers", batch.layers}, {"batch.block_tables", batch.block_tables},
-                      {"batch.q", batch.q},           {"batch.out", batch.out}};
-  for (const Ptr& ptr : ptrs) {
-    if (ptr.p == nullptr) return InvalidArgumentError(std::string(ptr.name) + " is null");
+  const Pointer pointers[] = {
+      {"pools.k", pools.k, 16},         {"pools.v", pools.v, 16},
+      {"batch.kv_lengths", batch.kv_lengths, 4}, {"batch.layers", batch.layers, 4},
+      {"batch.block_tables", batch.block_tables, 4}, {"batch.q", batch.q, 16},
+      {"batch.out", batch.out, 16}};
+  for (const Pointer& ptr : pointers) {
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer(ptr.name, ptr.p, ptr.alignment));
   }
-  for (const Ptr& ptr : {ptrs[0], ptrs[1], ptrs[5], ptrs[6]}) {
-    if (!Aligned16(ptr.p)) {
-      return InvalidArgumentError(std::string(ptr.name) +
-                                  " is not 16-byte aligned (16-byte vector access)");
+  if (batch.lse != nullptr) ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.lse", batch.lse, 4));
+  if (reads_new_kv) {
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.k_new", batch.k_new, 16));
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.v_new", batch.v_new, 16));
+  }
+  if (workspace_bytes > 0) {
+    if (workspace.bytes < workspace_bytes) {
+      return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +
+                                  ", expected >= " + std::to_string(workspace_bytes) +
+                                  " (the plan's workspace_bytes)");
     }
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("workspace.data", workspace.data, 256));
   }
   return Status::Ok();
 }

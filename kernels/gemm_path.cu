@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/attention_merge.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/decode_internal.h"
 #include "kernels/gemm_path.h"
 #include "kernels/gemm_stages.h"
 
@@ -16,7 +18,6 @@ namespace gemm_detail {
 namespace {
 
 constexpr std::size_t kAlign = 256;  // cudaMalloc alignment; cublasSetWorkspace needs 256
-constexpr float kLog2e = 1.4426950408889634f;
 
 std::size_t AlignUp(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 int RoundUpTo(int n, int q) { return (n + q - 1) / q * q; }
@@ -219,16 +220,18 @@ __global__ void __launch_bounds__(kFinalizeThreads) GemmFinalizeKernel(FinalizeP
     }
     return;
   }
+  // One part per row (the softmax saw every key): no merge, only the store. The softmax's scores
+  // and max are natural-log (cuBLAS applied the scale).
   const float sum = p.row_sum[row];
+  const Normalizer<Normalize::kDivide> normalize(sum);
   const float2* acc = reinterpret_cast<const float2*>(p.acc + static_cast<std::int64_t>(row) * p.head_dim);
   for (int d = threadIdx.x; d < p.head_dim / 2; d += kFinalizeThreads) {
-    const float2 o = acc[d];
-    out[d] = __floats2half2_rn(o.x / sum, o.y / sum);
+    StoreHalves(reinterpret_cast<__half*>(out + d), acc[d], normalize);
   }
-  if (threadIdx.x == 0 && p.lse != nullptr) p.lse[row] = p.row_max[row] + logf(sum);
+  if (threadIdx.x == 0 && p.lse != nullptr) {
+    p.lse[row] = NaturalLse<ScoreUnits::kNatural>(p.row_max[row], sum);
+  }
 }
-
-bool Aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
 Status Mismatch(const char* field, long long got, long long want) {
   return InvalidArgumentError(std::string(field) + " = " + std::to_string(got) +
@@ -259,32 +262,8 @@ Status ValidateRun(const GemmPathPlan& plan, const ModelShape& shape, const Deco
   if (shape.num_kv_heads != s.num_kv_heads) return Mismatch("shape.num_kv_heads", shape.num_kv_heads, s.num_kv_heads);
   if (shape.head_dim != s.head_dim) return Mismatch("shape.head_dim", shape.head_dim, s.head_dim);
   if (shape.block_size != s.block_size) return Mismatch("shape.block_size", shape.block_size, s.block_size);
-  if (batch.capacity != plan.capacity) return Mismatch("batch.capacity", batch.capacity, plan.capacity);
-  if (batch.num_q_heads != s.num_q_heads) return Mismatch("batch.num_q_heads", batch.num_q_heads, s.num_q_heads);
-  if (pools.num_kv_heads != s.num_kv_heads) return Mismatch("pools.num_kv_heads", pools.num_kv_heads, s.num_kv_heads);
-  if (pools.head_dim != s.head_dim) return Mismatch("pools.head_dim", pools.head_dim, s.head_dim);
-  if (pools.block_size != s.block_size) return Mismatch("pools.block_size", pools.block_size, s.block_size);
-  if (pools.num_layers < 1) return InvalidArgumentError("pools.num_layers = " + std::to_string(pools.num_layers) + ", expected >= 1");
-  if (batch.max_blocks_per_seq < 1) {
-    return InvalidArgumentError("batch.max_blocks_per_seq = " + std::to_string(batch.max_blocks_per_seq) + ", expected >= 1");
-  }
-  struct Ptr { const void* p; const char* name; std::size_t align; };
-  const Ptr ptrs[] = {{batch.kv_lengths, "batch.kv_lengths", 4}, {batch.layers, "batch.layers", 4},
-                      {batch.block_tables, "batch.block_tables", 4}, {batch.q, "batch.q", 16},
-                      {batch.out, "batch.out", 16}, {pools.k, "pools.k", 16}, {pools.v, "pools.v", 16},
-                      {workspace.data, "workspace.data", kAlign}};
-  for (const Ptr& p : ptrs) {
-    if (p.p == nullptr) return InvalidArgumentError(std::string(p.name) + " is null");
-    if (!Aligned(p.p, p.align)) {
-      return InvalidArgumentError(std::string(p.name) + " is not " + std::to_string(p.align) + "-byte aligned");
-    }
-  }
-  if (batch.lse != nullptr && !Aligned(batch.lse, 4)) return InvalidArgumentError("batch.lse is not 4-byte aligned");
-  if (workspace.bytes < plan.workspace_bytes) {
-    return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +
-                                ", expected >= " + std::to_string(plan.workspace_bytes) +
-                                " (GemmPathPlan.workspace_bytes)");
-  }
+  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(s, plan.capacity, batch, pools, workspace,
+                                           plan.workspace_bytes, /*reads_new_kv=*/false));
   if (cublas == nullptr) return InvalidArgumentError("cublas handle is null");
   return Status::Ok();
 }
@@ -314,12 +293,9 @@ Status LaunchGather(const GemmPathPlan& plan, const DecodeBatchView& batch, cons
   p.v_ws = buffers.v;
   const int d = plan.shape.head_dim;
   const dim3 grid(plan.t_pad / GatherTokensPerCta(d), plan.batch_count());
-  switch (d) {
-    case 64: GemmGatherKernel<64><<<grid, kGatherThreads, 0, stream>>>(p); break;
-    case 128: GemmGatherKernel<128><<<grid, kGatherThreads, 0, stream>>>(p); break;
-    case 256: GemmGatherKernel<256><<<grid, kGatherThreads, 0, stream>>>(p); break;
-    default: return UnimplementedError("GEMM path gather: head_dim = " + std::to_string(d));
-  }
+  ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(d, [&](auto head_dim) {
+    GemmGatherKernel<decltype(head_dim)::value><<<grid, kGatherThreads, 0, stream>>>(p);
+  }));
   ATTNRT_CUDA_RETURN_LAUNCH();
   return Status::Ok();
 }

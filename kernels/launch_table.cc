@@ -25,10 +25,8 @@ std::string ToString(const SplitKvLaunchConfig& config) {
 }
 
 Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim) {
-  if (family == SplitKvFamily::kTensorCore && TcKernelFor(head_dim, config.warps).fn == nullptr) {
-    return InvalidArgumentError("config.warps = " + std::to_string(config.warps) +
-                                " is not built for head_dim = " + std::to_string(head_dim) +
-                                " (warps 2, 4, 8; 8 only for head_dim 64 and 128)");
+  if (family == SplitKvFamily::kTensorCore) {
+    ATTNRT_RETURN_IF_ERROR(TcKernelFor(head_dim, config.warps).status());
   }
   if (config.ctas_per_sm < 0 || config.ctas_per_sm > 64) {
     return InvalidArgumentError("config.ctas_per_sm = " + std::to_string(config.ctas_per_sm) +

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/attention_merge.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
@@ -32,30 +33,20 @@ __global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKv
   if (ss.num_splits == 1) return;  // the decode kernel wrote this slot's output itself
   const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + h;
   const float* lse = p.partial_lse + row * p.plan.max_splits;
-  float mx = kNoScore;
-  for (int s = 0; s < ss.num_splits; ++s) mx = fmaxf(mx, lse[s]);
-  float sum = 0.0f;
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
   const int d = threadIdx.x * 4;
-  for (int s = 0; s < ss.num_splits; ++s) {
-    const float w = exp2f(lse[s] - mx);
-    sum += w;
-    const float4 part = *reinterpret_cast<const float4*>(
-        p.partial_out + (row * p.plan.max_splits + s) * kHeadDim + d);
-    o.x += w * part.x;
-    o.y += w * part.y;
-    o.z += w * part.z;
-    o.w += w * part.w;
-  }
-  const float inv = 1.0f / sum;
-  __half2 packed[2] = {__floats2half2_rn(o.x * inv, o.y * inv),
-                       __floats2half2_rn(o.z * inv, o.w * inv)};
-  *reinterpret_cast<uint2*>(p.out + row * kHeadDim + d) = *reinterpret_cast<const uint2*>(packed);
-  if (threadIdx.x == 0 && p.lse != nullptr) p.lse[row] = (mx + log2f(sum)) * kLn2;
+  // A split's partial is already normalised (its l is 1) and its LSE is in log2 units.
+  const AttentionState<float4> s = MergeAttentionStates<float4>(
+      ss.num_splits, [&](int split) { return lse[split]; }, [](int) { return 1.0f; },
+      [&](int split) {
+        return *reinterpret_cast<const float4*>(
+            p.partial_out + (row * p.plan.max_splits + split) * kHeadDim + d);
+      });
+  StoreOutput<Normalize::kReciprocal, ScoreUnits::kLog2>(
+      reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
 }
 
-SplitKvKernel KernelFor(SplitKvFamily family, const SplitKvLaunchConfig& config,
-                        const ModelShape& shape) {
+StatusOr<SplitKvKernel> KernelFor(SplitKvFamily family, const SplitKvLaunchConfig& config,
+                                  const ModelShape& shape) {
   return family == SplitKvFamily::kSimt ? SimtKernelFor(shape.head_dim, shape.group_size())
                                         : TcKernelFor(shape.head_dim, config.warps);
 }
@@ -177,9 +168,9 @@ PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBat
 
 SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family,
                             const SplitKvLaunchConfig& config) {
-  const SplitKvKernel k = KernelFor(family, config, shape);
-  if (k.fn == nullptr) return SplitKvPlan{};
-  return PlanFor(k, Prepare(k), config, shape, capacity);
+  const StatusOr<SplitKvKernel> k = KernelFor(family, config, shape);
+  if (!k.ok()) return SplitKvPlan{};
+  return PlanFor(*k, Prepare(*k), config, shape, capacity);
 }
 
 SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family) {
@@ -201,30 +192,15 @@ Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
                      DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append) {
   ATTNRT_RETURN_IF_ERROR(CheckKernelShape(shape, name));
   ATTNRT_RETURN_IF_ERROR(CheckLaunchConfig(family, config, shape.head_dim));
-  ATTNRT_RETURN_IF_ERROR(CheckLaunchViews(shape, batch, pools));
   if (fuse_append && family != SplitKvFamily::kTensorCore) {
     return InternalError("fused append requested from a split-KV family without it");
   }
-  if (fuse_append) {
-    for (const auto& [field, ptr] : {std::pair<const char*, const Half*>{"batch.k_new", batch.k_new},
-                                     {"batch.v_new", batch.v_new}}) {
-      if (ptr == nullptr) return InvalidArgumentError(std::string(field) + " is null");
-      if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) {
-        return InvalidArgumentError(std::string(field) + " is not 16-byte aligned");
-      }
-    }
-  }
-  if (batch.capacity == 0) return Status::Ok();
-  const SplitKvKernel k = KernelFor(family, config, shape);
+  ATTNRT_ASSIGN_OR_RETURN(const SplitKvKernel k, KernelFor(family, config, shape));
   const SplitKvPlan plan = PlanFor(k, Prepare(k), config, shape, batch.capacity);
   const WorkspaceLayout layout = Layout(shape, batch.capacity, plan);
-  if (workspace.bytes < layout.total() || (layout.total() > 0 && workspace.data == nullptr)) {
-    return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +
-                                (workspace.data == nullptr ? " (data null)" : "") +
-                                ", expected >= " + std::to_string(layout.total()) +
-                                " (DecodeVariant::workspace_bytes for capacity " +
-                                std::to_string(batch.capacity) + ")");
-  }
+  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(shape, batch.capacity, batch, pools, workspace,
+                                           layout.total(), fuse_append));
+  if (batch.capacity == 0) return Status::Ok();
   SplitKvParams p{};
   static_cast<PagedDecodeParams&>(p) = MakePagedDecodeParams(shape, batch, pools);
   p.plan = plan;
@@ -239,9 +215,10 @@ Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
                                                   batch.capacity),
                                        k.threads, k.smem_bytes, stream, &p));
   if (plan.max_splits > 1) {  // else no slot can split: no merge launch at all
-    const void* merge = shape.head_dim == 64    ? reinterpret_cast<const void*>(SplitKvMergeKernel<64>)
-                        : shape.head_dim == 128 ? reinterpret_cast<const void*>(SplitKvMergeKernel<128>)
-                                                : reinterpret_cast<const void*>(SplitKvMergeKernel<256>);
+    const void* merge = nullptr;
+    ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(shape.head_dim, [&](auto d) {
+      merge = reinterpret_cast<const void*>(SplitKvMergeKernel<decltype(d)::value>);
+    }));
     ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(merge, dim3(batch.num_q_heads, batch.capacity),
                                          shape.head_dim / 4, 0, stream, &p));
   }

@@ -1,0 +1,131 @@
+// The one attention-state merge and the one "output or partial" store of every decode path: a
+// kernel's main loop leaves per-part states (m, l, acc) behind; these combine them and write the
+// row's result. Device code only (CUDA translation units); everything is force-inlined, so a
+// kernel compiles to the instructions it had with the code written out in place.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/decode_device.cuh"
+#include "kernels/decode_internal.h"
+
+namespace attnrt::kernels {
+
+// The state of an attention row (at the element(s) `Acc` holds) over a subset of its keys:
+//   m = max_t s_t,  l = sum_t e^(s_t - m),  acc = sum_t e^(s_t - m) v_t,
+// where e is 2 for scores in log2 units (q pre-scaled by softmax scale * log2(e): every fused
+// kernel) and Euler's e for natural-log scores (the GEMM path's softmax). out = acc / l.
+template <typename Acc>
+struct AttentionState {
+  float m;
+  float l;
+  Acc acc;
+};
+
+enum class ScoreUnits { kLog2, kNatural };
+
+__device__ __forceinline__ void AddScaled(float& acc, float part, float w) { acc += part * w; }
+__device__ __forceinline__ void AddScaled(float4& acc, const float4& part, float w) {
+  acc.x += part.x * w;
+  acc.y += part.y * w;
+  acc.z += part.z * w;
+  acc.w += part.w * w;
+}
+
+// Merges the states of `num_parts` disjoint key subsets of one row (log2 units), in part order:
+//   M = max_i m_i,  l = sum_i l_i 2^(m_i - M),  acc = sum_i acc_i 2^(m_i - M).
+// Two passes, the max first, so every weight is <= 1 and computed once (FP32 throughout).
+// m_of(i), l_of(i), acc_of(i) read part i. A compile-time num_parts unrolls both loops; a
+// runtime one (the merge kernel's split count) leaves them rolled, as they were.
+template <typename Acc, typename MOf, typename LOf, typename AccOf>
+__device__ __forceinline__ AttentionState<Acc> MergeAttentionStates(int num_parts, MOf m_of, LOf l_of,
+                                                                    AccOf acc_of) {
+  AttentionState<Acc> merged{kNoScore, 0.0f, Acc{}};
+  for (int i = 0; i < num_parts; ++i) merged.m = fmaxf(merged.m, m_of(i));
+  for (int i = 0; i < num_parts; ++i) {
+    const float w = exp2f(m_of(i) - merged.m);
+    merged.l += l_of(i) * w;
+    AddScaled(merged.acc, acc_of(i), w);
+  }
+  return merged;
+}
+
+// How acc becomes acc / l. The two round differently, so each site keeps the one it was tested
+// and measured with: kDivide (one correctly rounded division per element: the decode kernels'
+// one element per thread, the GEMM finalize) or kReciprocal (acc * (1 / l): the split merge
+// kernel, one division for the four elements a thread writes).
+enum class Normalize { kDivide, kReciprocal };
+
+template <Normalize kNorm>
+struct Normalizer {
+  float by;  // l, or 1 / l
+  __device__ __forceinline__ explicit Normalizer(float l)
+      : by(kNorm == Normalize::kDivide ? l : 1.0f / l) {}
+  __device__ __forceinline__ float operator()(float x) const {
+    return kNorm == Normalize::kDivide ? x / by : x * by;
+  }
+};
+
+// Natural-log LSE of a row's merged state.
+template <ScoreUnits kUnits>
+__device__ __forceinline__ float NaturalLse(float m, float l) {
+  if constexpr (kUnits == ScoreUnits::kLog2) {
+    return (m + log2f(l)) * kLn2;
+  } else {
+    return m + logf(l);
+  }
+}
+
+template <Normalize kNorm>
+__device__ __forceinline__ void StoreHalves(__half* dst, float acc, Normalizer<kNorm> n) {
+  *dst = __float2half_rn(n(acc));
+}
+template <Normalize kNorm>
+__device__ __forceinline__ void StoreHalves(__half* dst, const float2& acc, Normalizer<kNorm> n) {
+  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(n(acc.x), n(acc.y));
+}
+template <Normalize kNorm>
+__device__ __forceinline__ void StoreHalves(__half* dst, const float4& acc, Normalizer<kNorm> n) {
+  const __half2 packed[2] = {__floats2half2_rn(n(acc.x), n(acc.y)),
+                             __floats2half2_rn(n(acc.z), n(acc.w))};
+  *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(packed);
+}
+
+// A row's final result: out_row[d ...] = fp16(acc / l) for the element(s) of Acc (1, 2 or 4
+// consecutive, one store), and lse[row] (natural log) by the thread holding d == 0 where lse is
+// not null.
+template <Normalize kNorm, ScoreUnits kUnits, typename Acc>
+__device__ __forceinline__ void StoreOutput(__half* out_row, float* lse, std::int64_t row, int d,
+                                            const AttentionState<Acc>& s) {
+  StoreHalves(out_row + d, s.acc, Normalizer<kNorm>(s.l));
+  if (d == 0 && lse != nullptr) lse[row] = NaturalLse<kUnits>(s.m, s.l);
+}
+
+// One split's share of a split-KV row for the merge kernel: the normalised FP32 output and the
+// split's LSE in log2 units (the merge weighs splits by 2^(lse_s - max)).
+template <int kHeadDim>
+__device__ __forceinline__ void StorePartial(const SplitKvParams& p, std::int64_t row, int split,
+                                             int d, const AttentionState<float>& s) {
+  const std::int64_t part = row * p.plan.max_splits + split;
+  p.partial_out[part * kHeadDim + d] = s.acc / s.l;
+  if (d == 0) p.partial_lse[part] = s.m + log2f(s.l);
+}
+
+// Element d of a split-KV kernel's row: the final output when the slot was not split (its one
+// CTA saw every key), else this split's partial.
+template <int kHeadDim>
+__device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std::int64_t row,
+                                                     int split, int num_splits, int d,
+                                                     const AttentionState<float>& s) {
+  if (num_splits == 1) {
+    StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(
+        reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
+  } else {
+    StorePartial<kHeadDim>(p, row, split, d, s);
+  }
+}
+
+}  // namespace attnrt::kernels
