@@ -1,6 +1,6 @@
 // Shared by the GPU benchmarks and studies: GPU time vs wall-clock time of a piece of enqueued
-// work, device-side random fills, a device-resident paged decode batch, medians, and the
-// bandwidth ceilings (read-only and copy) measured in the same process.
+// work, device-side random fills, a device-resident paged decode batch, decode plans on this
+// device, medians, and the bandwidth ceilings (read-only and copy) measured in the same process.
 //
 // GPU time: a blocker kernel holds the stream (spinning on a pinned host flag) while the host
 // enqueues the work between two events, then the flag is released; the events then bracket only
@@ -28,6 +28,7 @@
 #include "api/config.h"
 #include "api/half.h"
 #include "api/status.h"
+#include "kernels/decode.h"
 #include "kernels/views.h"
 
 namespace attnrt::bench {
@@ -53,6 +54,18 @@ inline void CheckOk(const Status& status, const char* what) {
 template <typename T>
 void CheckOk(const StatusOr<T>& status, const char* what) {
   CheckOk(status.status(), what);
+}
+
+// `variant`'s plan for (shape, capacity) on the current device (exits naming the failure).
+inline kernels::DecodePlan PlanOrExit(const kernels::DecodeVariant& variant, const ModelShape& shape,
+                                      int capacity, kernels::DecodeStep step,
+                                      int max_kv_length = 0) {
+  const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
+  CheckOk(device, "CurrentDecodeDevice");
+  StatusOr<kernels::DecodePlan> plan =
+      variant.plan({shape, capacity, max_kv_length, step, *device});
+  CheckOk(plan, std::string(variant.name).append(" plan").c_str());
+  return *plan;
 }
 
 inline double Median(std::vector<double> v) {

@@ -1,12 +1,14 @@
-// Paged decode attention (every variant in the table) on the issue's shapes, timed as CUDA-graph
-// replays with CUDA events (manual time): each graph runs `steps` decodes (optionally append +
-// decode) cycling over several input sets whose total exceeds L2, so no step reads K/V left in
-// L2 by the previous one. Reports µs per step, achieved TB/s (K/V bytes once per kv head + q +
-// out) and the ratio to a device read ceiling measured in this process (a read-only
-// 16-byte-load reduction over a 4 GiB buffer, best of 10). Shapes "*_append" time
-// LaunchAppendAndDecode (fused in split_kv, two kernels in the other variants). Use --benchmark_repetitions and
-// the median aggregate (the registrations below ask for 5 repetitions).
+// Paged decode attention (every path in the variant table, the GEMM path included) on the issue's
+// shapes, timed as CUDA-graph replays with CUDA events (manual time): each graph runs `steps`
+// runs of one plan (optionally append + decode) cycling over several input sets whose total
+// exceeds L2, so no step reads K/V left in L2 by the previous one. Reports µs per step, achieved
+// TB/s (K/V bytes once per kv head + q + out) and the ratio to a device read ceiling measured in
+// this process (a read-only 16-byte-load reduction over a 4 GiB buffer, best of 10). Shapes
+// "*_append" plan DecodeStep::kAppendAndDecode (fused in split_kv, the append kernel first in the
+// other paths). Use --benchmark_repetitions and the median aggregate (the registrations below
+// ask for 5 repetitions).
 #include <benchmark/benchmark.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,18 +152,25 @@ Fixture& FixtureFor(const BenchShape& s) {
 
 void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant* v) {
   const ModelShape m = ToModelShape(*s);
-  if (!v->supports(m).ok()) {
-    state.SkipWithError(v->supports(m).ToString().c_str());
+  if (const Status supported = v->supports(m); !supported.ok()) {
+    state.SkipWithError(supported.ToString().c_str());
     return;
   }
   const Ceilings& ceil = MeasureCeilings();
   Fixture& f = FixtureFor(*s);
   const int n_sets = static_cast<int>(f.sets.size());
   const int steps = (kMinSteps + n_sets - 1) / n_sets * n_sets;
+  // One plan serves every input set (same shape and capacity); the GEMM path's Tpad bucket is
+  // the one the executor would pick for this context.
+  const DecodePlan plan =
+      bench::PlanOrExit(*v, m, s->batch,
+                        s->with_append ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode,
+                        s->context);
   DeviceArray<char> ws_storage;
-  const std::size_t ws_bytes = v->workspace_bytes(m, s->batch);
-  bench::CheckOk(ws_storage.Allocate(ws_bytes), "ws_storage.Allocate");
-  const DecodeWorkspace ws{ws_storage.get(), ws_bytes};
+  bench::CheckOk(ws_storage.Allocate(plan.workspace_bytes), "ws_storage.Allocate");
+  const DecodeWorkspace ws{ws_storage.get(), plan.workspace_bytes};
+  cublasHandle_t cublas = nullptr;
+  if (plan.uses_cublas) bench::Check(cublasCreate(&cublas), "cublasCreate");
 
   auto views = [&](const InputSet& in) {
     KvPoolView p;
@@ -190,16 +199,19 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
 
   cudaStream_t stream;
   bench::Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const DecodeRunContext context{stream, cublas};
+  {
+    // One eager run before capture: module loading and cuBLAS's kernel choice stay out of it.
+    const auto [pools, batch] = views(*f.sets[0]);
+    bench::CheckOk(v->run(plan, batch, pools, ws, context), "warm-up run");
+    bench::Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   bench::Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   for (int i = 0; i < steps; ++i) {
     const auto [pools, batch] = views(*f.sets[i % n_sets]);
-    if (s->with_append) {
-      bench::CheckOk(LaunchAppendAndDecode(*v, m, batch, pools, ws, stream), "LaunchAppendAndDecode");
-    } else {
-      bench::CheckOk(v->launch(m, batch, pools, ws, stream), "v->launch");
-    }
+    bench::CheckOk(v->run(plan, batch, pools, ws, context), "v->run");
   }
   bench::Check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   bench::Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
@@ -237,6 +249,7 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+  if (cublas != nullptr) cublasDestroy(cublas);
 }
 
 void BM_ReadCeiling(benchmark::State& state) {

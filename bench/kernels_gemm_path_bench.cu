@@ -106,12 +106,14 @@ void RunPath(benchmark::State& state, int kv_heads, int b, int t, PathMethod met
   std::function<void()> enqueue;
   std::unique_ptr<DeviceAlloc> ws, arrays;
   GemmPathPlan plan;
+  kernels::DecodePlan fused_plan;
   if (method == PathMethod::kFused || method == PathMethod::kFusedGraph) {
     const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
-    CheckOk(v.supports(shape), "fused supports");
-    ws = std::make_unique<DeviceAlloc>(v.workspace_bytes(shape, b));
-    enqueue = [&, launch = v.launch] {
-      CheckOk(launch(shape, data.batch, data.pools, ws->ws(), ctx.stream), "fused launch");
+    fused_plan = PlanOrExit(v, shape, b, kernels::DecodeStep::kDecode);
+    ws = std::make_unique<DeviceAlloc>(fused_plan.workspace_bytes);
+    enqueue = [&, run = v.run] {
+      CheckOk(run(fused_plan, data.batch, data.pools, ws->ws(), {ctx.stream, nullptr}),
+              "fused run");
     };
   } else {
     auto p = kernels::PlanGemmPath(shape, b, t);
@@ -191,11 +193,14 @@ void RunStages(benchmark::State& state, int b, int t, const std::string& which) 
   std::function<void()> enqueue;
   std::unique_ptr<DeviceAlloc> ws;
   GemmPathPlan plan;
+  kernels::DecodePlan fused_plan;
   if (which == "fused") {
     const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
-    ws = std::make_unique<DeviceAlloc>(v.workspace_bytes(shape, b));
-    enqueue = [&, launch = v.launch] {
-      CheckOk(launch(shape, data.batch, data.pools, ws->ws(), ctx.stream), "fused launch");
+    fused_plan = PlanOrExit(v, shape, b, kernels::DecodeStep::kDecode);
+    ws = std::make_unique<DeviceAlloc>(fused_plan.workspace_bytes);
+    enqueue = [&, run = v.run] {
+      CheckOk(run(fused_plan, data.batch, data.pools, ws->ws(), {ctx.stream, nullptr}),
+              "fused run");
     };
     bytes = kv + 2 * rows * d * 2;
     flops = 4.0 * rows * t * d;

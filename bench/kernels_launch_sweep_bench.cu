@@ -24,6 +24,7 @@
 
 #include "bench/gpu_bench_util.h"
 #include "examples/flags.h"
+#include "kernels/decode.h"
 #include "kernels/decode_internal.h"
 
 namespace attnrt::bench {
@@ -86,13 +87,23 @@ ModelShape ShapeOf(const Family& f) {
   return s;
 }
 
-// Median µs per decode of `config` over the input sets (one graph of `steps` launches).
-double TimeConfig(const ModelShape& shape, const SplitKvLaunchConfig& config,
-                  const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets, cudaStream_t stream) {
-  const int capacity = sets[0]->capacity;
-  const std::size_t ws_bytes = kernels::SplitKvWorkspaceBytes(kTc, config, shape, capacity);
+// The tensor-core split-KV plan under `config` for `capacity` slots on this device.
+kernels::DecodePlan PlanConfig(const ModelShape& shape, int capacity,
+                               const SplitKvLaunchConfig& config) {
+  const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
+  CheckOk(device, "CurrentDecodeDevice");
+  StatusOr<kernels::DecodePlan> plan = kernels::PlanSplitKv(
+      kTc, config, {shape, capacity, 0, kernels::DecodeStep::kDecode, *device});
+  CheckOk(plan, "PlanSplitKv");
+  return *plan;
+}
+
+// Median µs per decode of `plan` over the input sets (one graph of `steps` runs).
+double TimePlan(const kernels::DecodePlan& plan,
+                const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets, cudaStream_t stream) {
+  const kernels::DecodeVariant& split_kv = **kernels::FindDecodeVariant(plan.variant);
   void* ws = nullptr;
-  if (ws_bytes > 0) Check(cudaMalloc(&ws, ws_bytes), "malloc workspace");
+  if (plan.workspace_bytes > 0) Check(cudaMalloc(&ws, plan.workspace_bytes), "malloc workspace");
   const int n = static_cast<int>(sets.size());
   const int steps = (kMinSteps + n - 1) / n * n;
   cudaGraph_t graph;
@@ -100,9 +111,8 @@ double TimeConfig(const ModelShape& shape, const SplitKvLaunchConfig& config,
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
   for (int i = 0; i < steps; ++i) {
     const DeviceDecodeBatch& b = *sets[i % n];
-    CheckOk(kernels::LaunchSplitKv(kTc, "split_kv", config, shape, b.batch, b.pools,
-                                   {ws, ws_bytes}, stream),
-            "LaunchSplitKv");
+    CheckOk(split_kv.run(plan, b.batch, b.pools, {ws, plan.workspace_bytes}, {stream, nullptr}),
+            "split_kv run");
   }
   Check(cudaStreamEndCapture(stream, &graph), "end capture");
   Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
@@ -207,11 +217,12 @@ int Run(int argc, char** argv) {
         std::map<std::tuple<int, int, int, int>, double> timed;
         double best = 1e30;
         for (const SplitKvLaunchConfig& c : configs) {
-          const kernels::SplitKvPlan plan = kernels::MakeSplitKvPlan(shape, batch, kTc, c);
+          const kernels::DecodePlan decode_plan = PlanConfig(shape, batch, c);
+          const kernels::SplitKvPlan& plan = decode_plan.split_kv;
           const kernels::SlotSplit ss = kernels::SplitSlot(context, plan);
           const auto key = std::make_tuple(c.warps, plan.max_splits, ss.num_splits, ss.tiles_per_split);
           auto it = timed.find(key);
-          if (it == timed.end()) it = timed.emplace(key, TimeConfig(shape, c, sets, stream)).first;
+          if (it == timed.end()) it = timed.emplace(key, TimePlan(decode_plan, sets, stream)).first;
           const double us = it->second;
           best = std::min(best, us);
           rows_of_batch.push_back(timings.size());

@@ -57,18 +57,20 @@ void RunBatching(benchmark::State& state, int t, int b, int h, bool fused) {
   void* ws = nullptr;
   std::size_t ws_bytes = 0;
   kernels::GemmPathPlan plan;
+  kernels::DecodePlan fused_plan;
   double ctas = 0.0;
   const double sms = SmCount();
   if (fused) {
     const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
-    ws_bytes = v.workspace_bytes(shape, b);
+    fused_plan = PlanOrExit(v, shape, b, kernels::DecodeStep::kDecode);
+    ws_bytes = fused_plan.workspace_bytes;
     // CTAs that do work: per (slot, kv head), the splits the slot's length uses.
-    const kernels::SplitKvPlan sp = kernels::MakeSplitKvPlan(shape, b);
-    ctas = static_cast<double>(b) * shape.num_kv_heads * kernels::SplitSlot(t, sp).num_splits;
+    ctas = static_cast<double>(b) * shape.num_kv_heads *
+           kernels::SplitSlot(t, fused_plan.split_kv).num_splits;
     if (ws_bytes) Check(cudaMalloc(&ws, ws_bytes), "malloc ws");
-    enqueue = [&, launch = v.launch] {
-      CheckOk(launch(shape, dev.batch_view, dev.pools_view, {ws, ws_bytes}, ctx.stream),
-              "fused launch");
+    enqueue = [&, run = v.run] {
+      CheckOk(run(fused_plan, dev.batch_view, dev.pools_view, {ws, ws_bytes}, {ctx.stream, nullptr}),
+              "fused run");
     };
   } else {
     plan = *kernels::PlanGemmPath(shape, b, *kernels::ChooseGemmPathTpad(shape, t));

@@ -72,6 +72,11 @@ Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cud
                              Pointer{"pools.k", pools.k, 16}, Pointer{"pools.v", pools.v, 16}}) {
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer(ptr.name, ptr.p, ptr.alignment));
   }
+  return EnqueueAppendKv(batch, pools, stream);
+}
+
+Status EnqueueAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream) {
+  if (batch.capacity == 0) return Status::Ok();
   // Programmatic dependent launch: overlaps this launch with the tail of a kernel before it.
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

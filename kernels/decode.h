@@ -1,17 +1,21 @@
-// Decode attention over the paged KV cache: the CPU reference, the append-KV step and the CUDA
-// kernel variants, all behind one launcher signature (a variant table; tests and benchmarks loop
-// over it, production picks by name). Internal header of kernels/ (may include CUDA headers;
-// never included from api/).
+// Decode attention over the paged KV cache: the CPU reference, the append-KV step, and every
+// decode path (the fused CUDA kernels and the cuBLAS GEMM path) in one variant table with a
+// plan/run split (FlashInfer's): `plan` decides everything on the host once per (shape, capacity,
+// device); `run` is capture-safe. Tests and benchmarks loop over the table; production picks by
+// name. Internal header of kernels/ (may include CUDA headers; never included from api/).
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "api/config.h"
 #include "api/status.h"
+#include "kernels/gemm_path.h"
 #include "kernels/views.h"
 
 namespace attnrt::kernels {
@@ -27,40 +31,132 @@ void ReferenceAppendKv(const DecodeBatchView& batch, const KvPoolView& pools);
 void ReferenceDecode(const DecodeBatchView& batch, const KvPoolView& pools,
                      ReferencePrecision precision, float* out_f32 = nullptr);
 
-// ---- CUDA launchers -----------------------------------------------------------------------
-// Split-KV scratch: partial outputs and LSEs. Sized by DecodeWorkspaceBytes for a bucket and
-// allocated once (never in the run step).
-struct DecodeWorkspace {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-};
-
-// Append-KV kernel: writes each live slot's new K/V into the device pools.
+// ---- CUDA -----------------------------------------------------------------------------------
+// Append-KV kernel: writes each live slot's new K/V into the device pools. A plan whose step is
+// kAppendAndDecode runs it (or fuses it) itself; this is for callers that append separately.
 Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream);
 
-// One paged-decode variant. `launch` is capture-safe: no allocation, no host sync, fixed grid for
-// a given (shape, capacity); works for any kv_lengths up to shape.max_context.
-struct DecodeVariant {
-  std::string_view name;
-  // OK if the variant runs this shape; Unimplemented naming the combination otherwise.
-  Status (*supports)(const ModelShape& shape);
-  // Workspace bytes for `capacity` slots (0 if none needed).
-  std::size_t (*workspace_bytes)(const ModelShape& shape, int capacity);
-  Status (*launch)(const ModelShape& shape, const DecodeBatchView& batch, const KvPoolView& pools,
-                   DecodeWorkspace workspace, cudaStream_t stream);
+// The GPU a plan is made for: split-KV grids are sized to fill its SMs, so a plan runs only on
+// the device it was made for.
+struct DecodeDevice {
+  int ordinal = -1;   // CUDA device; -1 describes a device without one (host-side sizing and
+                      // tests): such plans are never run, and kernels' occupancy is unknown
+  int sm_count = 0;   // streaming multiprocessors
+};
+// The current CUDA device and its SM count; Unavailable naming the call when no device answers.
+StatusOr<DecodeDevice> CurrentDecodeDevice();
+
+// What a run does.
+enum class DecodeStep {
+  kDecode,           // attention over the pools as they are (the new token already appended)
+  kAppendAndDecode,  // append each live slot's k_new/v_new first: what a serving graph runs
 };
 
-// Every variant, simplest first. The last is the production default.
+struct DecodePlanRequest {
+  ModelShape shape;
+  int capacity = 0;       // slots of the batch bucket (1..65535): grids are sized for it
+  int max_kv_length = 0;  // the longest kv_length the plan must run; 0 = shape.max_context
+  DecodeStep step = DecodeStep::kAppendAndDecode;
+  DecodeDevice device;
+};
+
+// How the split-KV kernels are launched: what study 4 (bench/kernels_launch_sweep_bench) sweeps
+// and kernels/tc_launch_table.inc records per (head dim, group, work).
+struct SplitKvLaunchConfig {
+  // Warps per CTA of the tensor-core family: 2, 4 or 8 (not 8 at D = 256); its KV tile is
+  // 16 * warps tokens. The SIMT family has one fixed CTA shape and ignores this.
+  int warps = 4;
+  // Splitting: with W = capacity * num_kv_heads work items, each (slot, kv head) gets up to
+  // sms * ctas_per_sm / W splits (at least 1). 0 = the occupancy rule: fill one wave of resident
+  // CTAs when W < sms, else do not split.
+  int ctas_per_sm = 0;
+  int min_split_tokens = 256;  // a context is split only into pieces at least this long
+
+  bool operator==(const SplitKvLaunchConfig&) const = default;
+};
+
+// How a slot's context is cut into splits (split-KV paths). The grid has `max_splits` CTAs per
+// (slot, kv head); a slot uses as many as its own length allows (at least `min_tiles` tiles
+// each), the rest exit. The host (grid, workspace) and the device (SplitSlot) read the same one.
+struct SplitKvPlan {
+  int max_splits = 1;
+  int tile_tokens = 32;  // tokens a CTA consumes per pipeline step
+  int min_tiles = 8;     // fewest tiles a split is given (short contexts are not split)
+};
+
+// One kernel launch a plan fixed: entry point, grid, CTA size, dynamic shared memory.
+struct KernelLaunch {
+  const void* fn = nullptr;  // a __global__ function; null: nothing to launch
+  dim3 grid;
+  int threads = 0;
+  int smem_bytes = 0;
+};
+
+// Everything a run needs, decided once on the host: a graph captured from a run stays valid for
+// any kv_lengths up to max_kv_length.
+struct DecodePlan {
+  std::string_view variant;  // the table entry that made it; only that entry's run takes it
+  ModelShape shape;
+  int capacity = 0;
+  int max_kv_length = 0;     // the longest kv_length a run handles (the GEMM path's Tpad, else
+                             // shape.max_context)
+  DecodeStep step = DecodeStep::kAppendAndDecode;
+  bool fuses_append = false;  // the decode kernel appends (split_kv); else, for kAppendAndDecode,
+                              // the run launches the append kernel first
+  bool uses_cublas = false;   // the run needs DecodeRunContext::cublas (the GEMM path)
+  DecodeDevice device;
+  std::size_t workspace_bytes = 0;  // DecodeWorkspace the run needs (0: none)
+  KernelLaunch decode;  // the decode kernel (fused paths; the GEMM path's stages are in `gemm`)
+  KernelLaunch merge;   // split-KV: the merge of the splits (fn null when no slot can split)
+  SplitKvLaunchConfig split_kv_config;  // split-KV paths
+  SplitKvPlan split_kv;                 // split-KV paths
+  GemmPathPlan gemm;                    // the GEMM path
+};
+
+// What a run enqueues on besides the batch.
+struct DecodeRunContext {
+  cudaStream_t stream = nullptr;
+  // Plans with uses_cublas only. The run binds the handle to `stream` and to the plan's slice
+  // of the workspace on every call, so the handle must not be used concurrently elsewhere.
+  cublasHandle_t cublas = nullptr;
+};
+
+// One decode path. Every path has the same plan and run signatures; a new one adds its plan,
+// its run (the shared checks and append, then its kernels) and a row of the table.
+struct DecodeVariant {
+  std::string_view name;
+  // OK if the path runs this shape; Unimplemented naming the combination, or InvalidArgument
+  // naming the field. Host only, no device needed.
+  Status (*supports)(const ModelShape& shape);
+  // The max_kv_length values to plan one graph each for, ascending: {shape.max_context} for a
+  // path whose plan runs any length; the GEMM path's Tpad buckets (clipped to max_context).
+  std::vector<int> (*kv_length_buckets)(const ModelShape& shape);
+  // Decides grid, launch configuration, splits and workspace for the request: InvalidArgument or
+  // Unimplemented naming the request field (request.capacity, request.shape.head_dim, ...)
+  // when it cannot; FailedPrecondition when it needs a live device and has a description.
+  StatusOr<DecodePlan> (*plan)(const DecodePlanRequest& request);
+  // Enqueues the plan's work on context.stream: capture-safe (no allocation, no host sync, the
+  // plan's fixed grids), for any kv_lengths up to plan.max_kv_length. InvalidArgument naming the
+  // field when the views or workspace disagree with the plan (nothing is enqueued then).
+  // Padded slots (kv_length 0) are never read or written.
+  Status (*run)(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+                DecodeWorkspace workspace, const DecodeRunContext& context);
+
+  // Transitional (see LaunchAppendAndDecode below): the workspace of a plan for `capacity` on
+  // the current device, 0 when that plan fails.
+  std::size_t workspace_bytes(const ModelShape& shape, int capacity) const;
+};
+
+// Every path, simplest first. The last is the production default.
 std::span<const DecodeVariant> DecodeVariants();
-// The variant called `name`; NotFound lists the names.
+// The path called `name`; NotFound lists the names.
 StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name);
 // The production choice.
 const DecodeVariant& DefaultDecodeVariant();
 
-// Append-KV then decode with `variant`, as one capture-safe call (what an executor's graph
-// runs): the same result as LaunchAppendKv followed by variant.launch. "split_kv" fuses the two
-// (the CTA that owns a slot's last token stores k_new/v_new into the page and takes that token
-// from k_new/v_new), saving a kernel launch; other variants launch both kernels.
+// ---- Transitional, until the CUDA executor plans once per (path, bucket) --------------------
+// The executor's registry still sizes and launches per call: these plan on the current device
+// on every call (the re-planning this table removes). Gone with the executor's switch.
 Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
                              const DecodeBatchView& batch, const KvPoolView& pools,
                              DecodeWorkspace workspace, cudaStream_t stream);

@@ -1,6 +1,6 @@
-// Internal to kernels/: the launchers each variant file defines, the launch-time checks every
-// variant shares, and the split-KV plan that the host (grid, workspace) and the device (which
-// CTAs work, on which tokens) must compute identically.
+// Internal to kernels/: what every path's plan and run share (the first steps of each, the one
+// input check, the head-dim dispatch), each path's table hooks, and the split-KV plan that the
+// host (grid, workspace) and the device (which CTAs work, on which tokens) compute identically.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "api/config.h"
 #include "api/status.h"
@@ -26,6 +27,21 @@ Status CheckKernelShape(const ModelShape& shape, std::string_view variant);
 // Slots a decode grid may have (a grid's y and z extents are at most 65535).
 inline constexpr int kMaxDecodeCapacity = 65535;
 
+// The first step of every path's plan: checks what every plan needs (the shape through
+// `supports`, request.capacity in 1..65535, request.max_kv_length in 0..shape.max_context,
+// request.device.sm_count > 0) and fills the common fields (variant, shape, capacity, step,
+// device, max_kv_length = shape.max_context). The path then sets its own.
+StatusOr<DecodePlan> StartPlan(const DecodePlanRequest& request, std::string_view variant,
+                               Status (*supports)(const ModelShape&));
+// The first step of every path's run: the plan is `variant`'s and was made for the current
+// device; the one input check against the plan; a cuBLAS handle where the plan uses one; then,
+// for a kAppendAndDecode plan that does not fuse the append, the append kernel.
+Status StartRun(const DecodePlan& plan, std::string_view variant, const DecodeBatchView& batch,
+                const KvPoolView& pools, DecodeWorkspace workspace,
+                const DecodeRunContext& context);
+// kv_length_buckets of a path whose plan runs any length: {shape.max_context}.
+std::vector<int> MaxContextBucket(const ModelShape& shape);
+
 // The one check of a run's inputs, whatever the path: InvalidArgument naming the field and value
 // when the views disagree with `shape` or `capacity`, a pointer a kernel dereferences is null or
 // misaligned for its widest access (k_new/v_new only when `reads_new_kv`), or the workspace is
@@ -36,6 +52,9 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
                          std::size_t workspace_bytes, bool reads_new_kv);
 // InvalidArgument "<name> is null" or "<name> is not <alignment>-byte aligned".
 Status CheckDevicePointer(const char* name, const void* p, std::size_t alignment);
+
+// The append kernel for inputs that passed CheckDecodeInputs (LaunchAppendKv checks first).
+Status EnqueueAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream);
 
 // The one place a runtime head dim becomes a template argument: calls
 // fn(std::integral_constant<int, D>{}) for D = head_dim in 64, 128, 256 (what ModelShape admits
@@ -54,37 +73,45 @@ Status DispatchHeadDim(int head_dim, Fn&& fn) {
 
 // ---- variant "simple": one CTA per (slot, q head), online softmax, no workspace -----------
 Status SimpleSupports(const ModelShape& shape);
-std::size_t SimpleWorkspaceBytes(const ModelShape& shape, int capacity);
-Status SimpleLaunch(const ModelShape& shape, const DecodeBatchView& batch, const KvPoolView& pools,
-                    DecodeWorkspace workspace, cudaStream_t stream);
+StatusOr<DecodePlan> PlanSimple(const DecodePlanRequest& request);
+Status RunSimple(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+                 DecodeWorkspace workspace, const DecodeRunContext& context);
+
+// ---- variant "gemm": the cuBLAS GEMM path (gemm_path.h), one plan per Tpad bucket ------------
+Status GemmSupports(const ModelShape& shape);
+std::vector<int> GemmKvLengthBuckets(const ModelShape& shape);
+StatusOr<DecodePlan> PlanGemm(const DecodePlanRequest& request);
+Status RunGemm(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+               DecodeWorkspace workspace, const DecodeRunContext& context);
 
 // ---- split-KV flash-decoding: one CTA per (slot, kv head, split), all G q heads per CTA -----
-// Two kernel families share the plan, the workspace, the merge kernel and the launcher:
+// Two kernel families share the plan, the workspace, the merge kernel and the run:
 // "split_kv_simt" (CUDA-core FP32 dot products) and "split_kv" (tensor cores, production).
 enum class SplitKvFamily { kSimt, kTensorCore };
 
-// A family's decode-variant entry points (the variant table's supports / workspace_bytes /
-// launch): both use the tuned launch configuration. Instantiated for both families in
-// split_kv_launch.cu.
 constexpr std::string_view SplitKvVariantName(SplitKvFamily family) {
   return family == SplitKvFamily::kSimt ? "split_kv_simt" : "split_kv";
 }
+// A family's table hooks (instantiated for both in split_kv_launch.cu). The table's plan uses
+// the tuned launch configuration (TunedLaunchConfig); PlanSplitKv takes any.
 template <SplitKvFamily kFamily>
 Status SplitKvSupports(const ModelShape& shape);
 template <SplitKvFamily kFamily>
-std::size_t SplitKvVariantWorkspaceBytes(const ModelShape& shape, int capacity);
+StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request);
 template <SplitKvFamily kFamily>
-Status SplitKvVariantLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                            const KvPoolView& pools, DecodeWorkspace workspace,
-                            cudaStream_t stream);
+Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+                  DecodeWorkspace workspace, const DecodeRunContext& context);
 
-// How a slot's context is cut into splits. The grid has `max_splits` CTAs per (slot, kv head);
-// a slot uses as many as its own length allows (at least `min_tiles` tiles each), the rest exit.
-struct SplitKvPlan {
-  int max_splits = 1;
-  int tile_tokens = 32;  // tokens a CTA consumes per pipeline step
-  int min_tiles = 8;     // fewest tiles a split is given (short contexts are not split)
-};
+// The plan of `family` under `config` (study 4's sweep, the configuration tests); its run is the
+// family's entry in the table. With request.step kAppendAndDecode the tensor-core kernel fuses
+// the append. Needs a live device for the occupancy rule (config.ctas_per_sm = 0):
+// FailedPrecondition naming it on a described device. On a live device, raises the kernel's
+// dynamic shared-memory limit (before any launch, so a later capture launches nothing new).
+StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig& config,
+                                 const DecodePlanRequest& request);
+
+// The splits a slot of `kv_length` tokens uses under a plan: the host and every split-KV kernel
+// compute it from the same SplitKvPlan.
 struct SlotSplit {
   int num_splits;
   int tiles_per_split;
@@ -100,20 +127,6 @@ inline SlotSplit SplitSlot(int kv_length, const SplitKvPlan& plan) {
   return {(tiles + tiles_per_split - 1) / tiles_per_split, tiles_per_split};
 }
 
-// The launch configuration of a split-KV kernel: what study 4 (bench/kernels_launch_sweep_bench)
-// sweeps and kernels/tc_launch_table.inc records per (head dim, group, work).
-struct SplitKvLaunchConfig {
-  // Warps per CTA of the tensor-core family: 2, 4 or 8 (not 8 at D = 256); its KV tile is
-  // 16 * warps tokens. The SIMT family has one fixed CTA shape and ignores this.
-  int warps = 4;
-  // Splitting: with W = capacity * num_kv_heads work items, each (slot, kv head) gets up to
-  // sms * ctas_per_sm / W splits (at least 1). 0 = the occupancy rule: fill one wave of resident
-  // CTAs when W < sms, else do not split.
-  int ctas_per_sm = 0;
-  int min_split_tokens = 256;  // a context is split only into pieces at least this long
-
-  bool operator==(const SplitKvLaunchConfig&) const = default;
-};
 // "warps=4 ctas_per_sm=0 min_split_tokens=256" (logs, reports, test names).
 std::string ToString(const SplitKvLaunchConfig& config);
 // InvalidArgument naming the field when a configuration is outside what the kernels support.
@@ -132,14 +145,6 @@ std::span<const TunedLaunchRow> TunedLaunchTable();
 // What dispatch uses: the tensor-core family's row for (shape, capacity) from the tuned table, or
 // the default configuration where the table has none; always the default for the SIMT family.
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity);
-
-// The plan for a (shape, capacity, configuration): fixed for the life of the process (the device's
-// SM count and the kernel's occupancy enter it), so a graph captured once stays valid.
-SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family,
-                            const SplitKvLaunchConfig& config);
-// ... with the tuned configuration (what the decode variants launch).
-SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity,
-                            SplitKvFamily family = SplitKvFamily::kTensorCore);
 
 // Kernel arguments every paged-decode kernel takes: the pools, the batch's metadata, q, out, lse.
 struct PagedDecodeParams {
@@ -184,16 +189,5 @@ struct SplitKvKernel {
 // InvalidArgument naming config.warps for a CTA size not built at this head dim.
 StatusOr<SplitKvKernel> SimtKernelFor(int head_dim, int group);
 StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps);
-
-// Validates, plans, launches the decode kernel and (when any slot can split) the merge kernel,
-// both with programmatic dependent launch so each one's launch overlaps its predecessor.
-// With fuse_append (tensor-core family), the decode kernel also performs the append.
-Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
-                     const SplitKvLaunchConfig& config, const ModelShape& shape,
-                     const DecodeBatchView& batch, const KvPoolView& pools,
-                     DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append = false);
-// Workspace for `capacity` slots under `config` (0 for an unsupported shape or configuration).
-std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const SplitKvLaunchConfig& config,
-                                  const ModelShape& shape, int capacity);
 
 }  // namespace attnrt::kernels

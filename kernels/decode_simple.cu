@@ -3,7 +3,8 @@
 // the correctness baseline the tuned variant is measured against (it re-reads each K/V byte
 // once per q head of a GQA group).
 // Issue 17: the four warps' merge and the output store are attention_merge.cuh's (same arithmetic
-// in the same order; the LSE is now written inside the store loop by the d == 0 thread).
+// in the same order, same registers on sm_90); PlanSimple fixes kernel and grid once, RunSimple
+// launches them.
 #include <cstdint>
 
 #include "kernels/attention_merge.cuh"
@@ -91,20 +92,23 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Paged
 
 Status SimpleSupports(const ModelShape& shape) { return CheckKernelShape(shape, "simple"); }
 
-std::size_t SimpleWorkspaceBytes(const ModelShape&, int) { return 0; }
-
-Status SimpleLaunch(const ModelShape& shape, const DecodeBatchView& batch, const KvPoolView& pools,
-                    DecodeWorkspace workspace, cudaStream_t stream) {
-  ATTNRT_RETURN_IF_ERROR(SimpleSupports(shape));
-  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(shape, batch.capacity, batch, pools, workspace,
-                                           /*workspace_bytes=*/0, /*reads_new_kv=*/false));
-  if (batch.capacity == 0) return Status::Ok();
-  const PagedDecodeParams p = MakePagedDecodeParams(shape, batch, pools);
-  const dim3 grid(batch.num_q_heads, batch.capacity);
-  ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(shape.head_dim, [&](auto head_dim) {
-    SimpleDecodeKernel<decltype(head_dim)::value><<<grid, kSimpleThreads, 0, stream>>>(p);
+StatusOr<DecodePlan> PlanSimple(const DecodePlanRequest& request) {
+  ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, StartPlan(request, "simple", SimpleSupports));
+  ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(plan.shape.head_dim, [&](auto head_dim) {
+    plan.decode.fn = reinterpret_cast<const void*>(SimpleDecodeKernel<decltype(head_dim)::value>);
   }));
-  ATTNRT_CUDA_RETURN_LAUNCH();
+  plan.decode.grid = dim3(plan.shape.num_q_heads, plan.capacity);
+  plan.decode.threads = kSimpleThreads;
+  return plan;
+}
+
+Status RunSimple(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+                 DecodeWorkspace workspace, const DecodeRunContext& context) {
+  ATTNRT_RETURN_IF_ERROR(StartRun(plan, "simple", batch, pools, workspace, context));
+  PagedDecodeParams p = MakePagedDecodeParams(plan.shape, batch, pools);
+  void* args[] = {&p};
+  ATTNRT_CUDA_RETURN(cudaLaunchKernel(plan.decode.fn, plan.decode.grid, dim3(plan.decode.threads),
+                                      args, plan.decode.smem_bytes, context.stream));
   return Status::Ok();
 }
 

@@ -7,8 +7,9 @@
 // on N = 8, so P goes from S's accumulators straight into the B operand and O needs D/4
 // registers. H100, 2026-11-21, GQA 64/8 B=32 T=4096: 242 -> 186 us (0.72 -> 0.94 of the read
 // ceiling); MHA and G <= 4 within 1-2% of split_kv_simt (bench/NOTES.md, "## kernels").
-// Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's; the PTX
-// differs from before only in the order of independent instructions (main loop untouched).
+// Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's (the PTX
+// differs only in the order of independent instructions; main loop untouched); the plan (kernel,
+// grid, splits from the plan's device) is made once by PlanSplitKv (split_kv_launch.cu).
 #include <cstdint>
 #include <string>
 

@@ -3,8 +3,9 @@
 // cp.async copies 3 stages deep (each thread copies exactly the chunks it later reads, so the
 // main loop has no barrier), block ids fetched one tile ahead, device-side splits + merge.
 // H200, 2026-11-21: MHA B=32 H=32 T=4096 990 -> 489 us; GQA 32/8 935 -> 162 us (bench/NOTES.md).
-// Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's; the PTX
-// differs from before only in the order of independent instructions (main loop untouched).
+// Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's (the PTX
+// differs only in the order of independent instructions; main loop untouched); the plan (kernel,
+// grid, splits from the plan's device) is made once by PlanSplitKv (split_kv_launch.cu).
 #include <cstdint>
 #include <string>
 

@@ -1,24 +1,28 @@
-// The variant table (simplest first, production default last) and the launch-time checks every
-// CUDA variant shares.
+// The variant table (simplest first, production default last), the first steps every path's
+// plan and run share, and the one input check.
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
+#include "kernels/gemm_path.h"
 
 namespace attnrt::kernels {
 namespace {
 
-constexpr std::array<DecodeVariant, 3> kVariants = {{
-    {"simple", SimpleSupports, SimpleWorkspaceBytes, SimpleLaunch},
-    {SplitKvVariantName(SplitKvFamily::kSimt), SplitKvSupports<SplitKvFamily::kSimt>,
-     SplitKvVariantWorkspaceBytes<SplitKvFamily::kSimt>,
-     SplitKvVariantLaunch<SplitKvFamily::kSimt>},
-    {SplitKvVariantName(SplitKvFamily::kTensorCore), SplitKvSupports<SplitKvFamily::kTensorCore>,
-     SplitKvVariantWorkspaceBytes<SplitKvFamily::kTensorCore>,
-     SplitKvVariantLaunch<SplitKvFamily::kTensorCore>},
+constexpr SplitKvFamily kSimt = SplitKvFamily::kSimt;
+constexpr SplitKvFamily kTensorCore = SplitKvFamily::kTensorCore;
+
+constexpr std::array<DecodeVariant, 4> kVariants = {{
+    {"simple", SimpleSupports, MaxContextBucket, PlanSimple, RunSimple},
+    {kGemmVariantName, GemmSupports, GemmKvLengthBuckets, PlanGemm, RunGemm},
+    {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, MaxContextBucket, PlanSplitKvTuned<kSimt>,
+     RunSplitKv<kSimt>},
+    {SplitKvVariantName(kTensorCore), SplitKvSupports<kTensorCore>, MaxContextBucket,
+     PlanSplitKvTuned<kTensorCore>, RunSplitKv<kTensorCore>},
 }};
 
 }  // namespace
@@ -36,20 +40,83 @@ StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name) {
 
 const DecodeVariant& DefaultDecodeVariant() { return kVariants.back(); }
 
-Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
-                             const DecodeBatchView& batch, const KvPoolView& pools,
-                             DecodeWorkspace workspace, cudaStream_t stream) {
-  if (variant.launch == SplitKvVariantLaunch<SplitKvFamily::kTensorCore>) {
-    return LaunchSplitKv(SplitKvFamily::kTensorCore, variant.name,
-                         TunedLaunchConfig(SplitKvFamily::kTensorCore, shape, batch.capacity),
-                         shape, batch, pools, workspace, stream, /*fuse_append=*/true);
+StatusOr<DecodeDevice> CurrentDecodeDevice() {
+  DecodeDevice device;
+  cudaError_t err = cudaGetDevice(&device.ordinal);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&device.sm_count, cudaDevAttrMultiProcessorCount, device.ordinal);
   }
-  ATTNRT_RETURN_IF_ERROR(variant.supports(shape));  // reject before the append writes anything
-  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(shape, batch.capacity, batch, pools, workspace,
-                                           variant.workspace_bytes(shape, batch.capacity),
-                                           /*reads_new_kv=*/true));
-  ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(batch, pools, stream));
-  return variant.launch(shape, batch, pools, workspace, stream);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // leave no sticky "no device" error behind
+    return UnavailableError(std::string("no CUDA device answers (") + cudaGetErrorName(err) +
+                            "): a decode plan needs the device's SM count");
+  }
+  return device;
+}
+
+std::vector<int> MaxContextBucket(const ModelShape& shape) { return {shape.max_context}; }
+
+StatusOr<DecodePlan> StartPlan(const DecodePlanRequest& request, std::string_view variant,
+                               Status (*supports)(const ModelShape&)) {
+  const ModelShape& shape = request.shape;
+  ATTNRT_RETURN_IF_ERROR(supports(shape));
+  if (request.capacity < 1 || request.capacity > kMaxDecodeCapacity) {
+    return InvalidArgumentError("request.capacity = " + std::to_string(request.capacity) +
+                                ", expected 1.." + std::to_string(kMaxDecodeCapacity));
+  }
+  if (request.max_kv_length < 0 || request.max_kv_length > shape.max_context) {
+    return InvalidArgumentError("request.max_kv_length = " +
+                                std::to_string(request.max_kv_length) + ", expected 0.." +
+                                std::to_string(shape.max_context) +
+                                " (shape.max_context; 0 means max_context)");
+  }
+  if (request.device.sm_count < 1) {
+    return InvalidArgumentError("request.device.sm_count = " +
+                                std::to_string(request.device.sm_count) +
+                                ", expected >= 1 (CurrentDecodeDevice)");
+  }
+  DecodePlan plan;
+  plan.variant = variant;
+  plan.shape = shape;
+  plan.capacity = request.capacity;
+  plan.max_kv_length = shape.max_context;
+  plan.step = request.step;
+  plan.device = request.device;
+  return plan;
+}
+
+Status StartRun(const DecodePlan& plan, std::string_view variant, const DecodeBatchView& batch,
+                const KvPoolView& pools, DecodeWorkspace workspace,
+                const DecodeRunContext& context) {
+  if (plan.variant != variant) {
+    return InvalidArgumentError("plan.variant = '" + std::string(plan.variant) +
+                                "': a plan runs only on the variant that made it ('" +
+                                std::string(variant) + "' here)");
+  }
+  if (plan.device.ordinal < 0) {
+    return FailedPreconditionError("plan.device.ordinal = " +
+                                   std::to_string(plan.device.ordinal) +
+                                   ": a plan for a described device only sizes; plan on a live "
+                                   "device (CurrentDecodeDevice) to run");
+  }
+  int current = -1;
+  ATTNRT_CUDA_RETURN(cudaGetDevice(&current));
+  if (current != plan.device.ordinal) {
+    return FailedPreconditionError("the current CUDA device is " + std::to_string(current) +
+                                   ", the plan's (plan.device.ordinal) " +
+                                   std::to_string(plan.device.ordinal));
+  }
+  const bool appends = plan.step == DecodeStep::kAppendAndDecode;
+  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(plan.shape, plan.capacity, batch, pools, workspace,
+                                           plan.workspace_bytes, /*reads_new_kv=*/appends));
+  if (plan.uses_cublas && context.cublas == nullptr) {
+    return InvalidArgumentError("context.cublas is null (the " + std::string(variant) +
+                                " plan runs cuBLAS)");
+  }
+  if (appends && !plan.fuses_append) {
+    ATTNRT_RETURN_IF_ERROR(EnqueueAppendKv(batch, pools, context.stream));
+  }
+  return Status::Ok();
 }
 
 Status CheckKernelShape(const ModelShape& shape, std::string_view variant) {
@@ -106,11 +173,7 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
                     shape.num_q_heads);
   }
   if (batch.capacity != capacity) {
-    return mismatch("batch.capacity", batch.capacity, "capacity", capacity);
-  }
-  if (capacity < 0 || capacity > kMaxDecodeCapacity) {
-    return InvalidArgumentError("batch.capacity = " + std::to_string(capacity) + ", expected 0.." +
-                                std::to_string(kMaxDecodeCapacity));
+    return mismatch("batch.capacity", batch.capacity, "the plan's capacity", capacity);
   }
   if (batch.max_blocks_per_seq < shape.max_blocks_per_sequence()) {
     return mismatch("batch.max_blocks_per_seq", batch.max_blocks_per_seq,
@@ -148,6 +211,28 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("workspace.data", workspace.data, 256));
   }
   return Status::Ok();
+}
+
+namespace {
+
+StatusOr<DecodePlan> TransitionalPlan(const DecodeVariant& variant, const ModelShape& shape,
+                                      int capacity) {
+  ATTNRT_ASSIGN_OR_RETURN(const DecodeDevice device, CurrentDecodeDevice());
+  return variant.plan({shape, capacity, 0, DecodeStep::kAppendAndDecode, device});
+}
+
+}  // namespace
+
+std::size_t DecodeVariant::workspace_bytes(const ModelShape& shape, int capacity) const {
+  const StatusOr<DecodePlan> plan = TransitionalPlan(*this, shape, capacity);
+  return plan.ok() ? plan->workspace_bytes : 0;
+}
+
+Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
+                             const DecodeBatchView& batch, const KvPoolView& pools,
+                             DecodeWorkspace workspace, cudaStream_t stream) {
+  ATTNRT_ASSIGN_OR_RETURN(const DecodePlan plan, TransitionalPlan(variant, shape, batch.capacity));
+  return variant.run(plan, batch, pools, workspace, {stream, nullptr});
 }
 
 }  // namespace attnrt::kernels

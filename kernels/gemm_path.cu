@@ -1,5 +1,5 @@
 // The cuBLAS GEMM path (contract in gemm_path.h): plan, the gather / masked-softmax / finalize
-// kernels, and the strided-batched QK^T and PV calls.
+// kernels, the strided-batched QK^T and PV calls, and its entry in the decode-variant table.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -491,10 +491,12 @@ Status RunGemmPathStage(GemmPathStage stage, const GemmPathPlan& plan, const Mod
   return RunStage(stage, plan, batch, pools, buf, cublas, stream);
 }
 
-Status RunGemmPath(const GemmPathPlan& plan, const ModelShape& shape, const DecodeBatchView& batch,
-                   const KvPoolView& pools, DecodeWorkspace workspace, cublasHandle_t cublas,
-                   cudaStream_t stream) {
-  ATTNRT_RETURN_IF_ERROR(gemm_detail::ValidateRun(plan, shape, batch, pools, workspace, cublas));
+namespace {
+
+// The run of inputs that passed ValidateRun (or the table's StartRun).
+Status EnqueueGemmPath(const GemmPathPlan& plan, const DecodeBatchView& batch,
+                       const KvPoolView& pools, DecodeWorkspace workspace, cublasHandle_t cublas,
+                       cudaStream_t stream) {
   const GemmPathBuffers buf = Buffers(plan, workspace);
   ATTNRT_RETURN_IF_ERROR(gemm_detail::BindCublas(buf, cublas, stream));
   ATTNRT_CUDA_RETURN(cudaMemsetAsync(buf.overflow, 0, sizeof(int), stream));
@@ -502,6 +504,42 @@ Status RunGemmPath(const GemmPathPlan& plan, const ModelShape& shape, const Deco
     ATTNRT_RETURN_IF_ERROR(RunStage(stage, plan, batch, pools, buf, cublas, stream));
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status RunGemmPath(const GemmPathPlan& plan, const ModelShape& shape, const DecodeBatchView& batch,
+                   const KvPoolView& pools, DecodeWorkspace workspace, cublasHandle_t cublas,
+                   cudaStream_t stream) {
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::ValidateRun(plan, shape, batch, pools, workspace, cublas));
+  return EnqueueGemmPath(plan, batch, pools, workspace, cublas, stream);
+}
+
+// ---- the decode-variant table's "gemm" entry -------------------------------------------------
+
+Status GemmSupports(const ModelShape& shape) { return shape.Validate(); }
+
+std::vector<int> GemmKvLengthBuckets(const ModelShape& shape) {
+  std::vector<int> buckets = GemmPathTpadBuckets(shape);
+  for (int& b : buckets) b = std::min(b, shape.max_context);  // the top Tpad rounds it up
+  return buckets;
+}
+
+StatusOr<DecodePlan> PlanGemm(const DecodePlanRequest& request) {
+  ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, StartPlan(request, kGemmVariantName, GemmSupports));
+  const int longest = request.max_kv_length > 0 ? request.max_kv_length : plan.shape.max_context;
+  ATTNRT_ASSIGN_OR_RETURN(const int t_pad, ChooseGemmPathTpad(plan.shape, longest));
+  ATTNRT_ASSIGN_OR_RETURN(plan.gemm, PlanGemmPath(plan.shape, plan.capacity, t_pad));
+  plan.max_kv_length = t_pad;
+  plan.uses_cublas = true;
+  plan.workspace_bytes = plan.gemm.workspace_bytes;
+  return plan;
+}
+
+Status RunGemm(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+               DecodeWorkspace workspace, const DecodeRunContext& context) {
+  ATTNRT_RETURN_IF_ERROR(StartRun(plan, kGemmVariantName, batch, pools, workspace, context));
+  return EnqueueGemmPath(plan.gemm, batch, pools, workspace, context.cublas, context.stream);
 }
 
 StatusOr<int> ReadGemmPathOverflowCount(const GemmPathPlan& plan, DecodeWorkspace workspace,

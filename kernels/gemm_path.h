@@ -1,6 +1,7 @@
 // The cuBLAS GEMM path for paged decode attention: gather the batch's pages into a padded
 // contiguous K/V workspace, QK^T and PV as strided-batched GEMMs, a masked softmax between them.
-// Same inputs and outputs as a DecodeVariant (views.h); plan on the host, capture-safe run.
+// Same inputs and outputs as every decode path (views.h); plan on the host, capture-safe run. The
+// decode-variant table's "gemm" entry (decode.h) plans one Tpad bucket per graph and appends first.
 // Internal header of kernels/ (includes CUDA headers; never included from api/).
 //
 // Stages of one run (5 kernels, 1 memset; all on `stream`):
@@ -35,15 +36,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "api/config.h"
 #include "api/status.h"
-#include "kernels/decode.h"
 #include "kernels/views.h"
 
 namespace attnrt::kernels {
 
+// The path's name in the decode-variant table (kernels/decode.h), where it plans one Tpad bucket
+// per graph and appends with the append kernel.
+inline constexpr std::string_view kGemmVariantName = "gemm";
 // Tpad is a multiple of this (16-byte aligned GEMM leading dimensions, whole gather tiles).
 inline constexpr int kGemmPathTpadQuantum = 64;
 // cuBLAS workspace per run (NVIDIA's recommendation for Hopper); cuBLAS must not allocate during

@@ -1,12 +1,9 @@
-// What both split-KV families share: the plan (grid and splits per (shape, capacity)), the
-// workspace layout, the merge kernel, and the launcher (programmatic dependent launch for the
-// decode and merge kernels).
+// What both split-KV families share: the plan (kernel, grid and splits for a (shape, capacity,
+// device, launch configuration)), the workspace layout, the merge kernel, and the run
+// (programmatic dependent launch for the decode and merge kernels).
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "kernels/attention_merge.cuh"
 #include "kernels/cuda_check.h"
@@ -17,9 +14,8 @@ namespace attnrt::kernels {
 namespace {
 
 constexpr int kMaxSplits = 64;
-// Without a device (host-only builds asking for workspace sizes) an H100 is assumed.
-constexpr int kFallbackSms = 132;
-constexpr int kFallbackCtasPerSm = 4;
+// Dynamic shared memory a kernel gets without opting in (cudaFuncSetAttribute).
+constexpr int kDefaultDynamicSmemBytes = 48 * 1024;
 
 // One CTA per (q head, slot) that was split: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
 template <int kHeadDim>
@@ -51,58 +47,56 @@ StatusOr<SplitKvKernel> KernelFor(SplitKvFamily family, const SplitKvLaunchConfi
                                         : TcKernelFor(shape.head_dim, config.warps);
 }
 
-struct DeviceFacts {
-  int sms = kFallbackSms;
-  int resident_ctas = kFallbackSms * kFallbackCtasPerSm;
-  bool ok = false;
-};
-
-// SM count and resident CTAs of a kernel on the current device, cached per kernel (the plan must
-// not change between a capture and its replays). Also raises the kernel's dynamic shared-memory
-// limit once, before its first launch.
-DeviceFacts Prepare(const SplitKvKernel& k) {
-  static std::mutex mu;
-  static std::vector<std::pair<const void*, DeviceFacts>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [fn, facts] : cache) {
-    if (fn == k.fn) return facts;
+// Readies kernel `k` on the plan's device and returns the CTAs of it an SM holds at once, which
+// the occupancy rule (config.ctas_per_sm = 0) needs; 0 when the configuration does not use it.
+// On a live device it raises the kernel's dynamic shared-memory limit, before its first launch.
+StatusOr<int> PrepareKernel(const SplitKvKernel& k, const DecodeDevice& device,
+                            const SplitKvLaunchConfig& config) {
+  const bool occupancy_rule = config.ctas_per_sm == 0;
+  if (device.ordinal < 0) {
+    if (!occupancy_rule) return 0;
+    return FailedPreconditionError(
+        "config.ctas_per_sm = 0 (the occupancy rule) needs the kernel's occupancy on a live "
+        "device; request.device.ordinal = " + std::to_string(device.ordinal));
   }
-  DeviceFacts f;
-  int device = 0, sms = 0, per_sm = 0;
-  const bool ok =
-      cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-      (k.smem_bytes <= 48 * 1024 ||
-       cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes) ==
-           cudaSuccess) &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, k.smem_bytes) ==
-          cudaSuccess &&
-      sms > 0 && per_sm > 0;
-  if (!ok) {
-    cudaGetLastError();  // clear a "no device" error from the queries; don't cache
-    return f;
+  int current = -1;
+  ATTNRT_CUDA_RETURN(cudaGetDevice(&current));
+  if (current != device.ordinal) {
+    return FailedPreconditionError("request.device.ordinal = " + std::to_string(device.ordinal) +
+                                   ", but the current CUDA device is " + std::to_string(current));
   }
-  f.sms = sms;
-  f.resident_ctas = sms * per_sm;
-  f.ok = true;
-  cache.emplace_back(k.fn, f);
-  return f;
+  if (k.smem_bytes > kDefaultDynamicSmemBytes) {
+    ATTNRT_CUDA_RETURN(
+        cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
+  }
+  if (!occupancy_rule) return 0;
+  int per_sm = 0;
+  ATTNRT_CUDA_RETURN(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, k.smem_bytes));
+  if (per_sm < 1) {
+    return InternalError("the split-KV kernel fits no CTA on an SM (" +
+                         std::to_string(k.threads) + " threads, " +
+                         std::to_string(k.smem_bytes) + " B of dynamic shared memory)");
+  }
+  return per_sm;
 }
 
-SplitKvPlan PlanFor(const SplitKvKernel& k, const DeviceFacts& facts,
-                    const SplitKvLaunchConfig& config, const ModelShape& shape, int capacity) {
+// The splits of kernel `k` for (shape, capacity) on `sm_count` SMs holding `ctas_per_sm_resident`
+// of its CTAs each (used by the occupancy rule only).
+SplitKvPlan SplitsFor(const SplitKvKernel& k, int sm_count, int ctas_per_sm_resident,
+                      const SplitKvLaunchConfig& config, const ModelShape& shape, int capacity) {
   SplitKvPlan plan;
   plan.tile_tokens = k.tile_tokens;
   plan.min_tiles = std::max(1, config.min_split_tokens / plan.tile_tokens);
   const int work = std::max(1, capacity * shape.num_kv_heads);
   int splits = 1;
   if (config.ctas_per_sm > 0) {
-    splits = std::max(1, facts.sms * config.ctas_per_sm / work);
-  } else if (work < facts.sms) {
+    splits = std::max(1, sm_count * config.ctas_per_sm / work);
+  } else if (work < sm_count) {
     // The occupancy rule: with a CTA per SM or more, each streaming 32+ KB in flight, the grid
     // already saturates HBM; below that, split until one wave of resident CTAs is full when every
     // slot is live. A slot's own length then decides how many of its splits do work.
-    splits = std::max(1, facts.resident_ctas / work);
+    splits = std::max(1, sm_count * ctas_per_sm_resident / work);
   }
   const int max_tiles = (shape.max_context + plan.tile_tokens - 1) / plan.tile_tokens;
   plan.max_splits = std::min({splits, std::max(1, max_tiles / plan.min_tiles), kMaxSplits});
@@ -126,20 +120,19 @@ WorkspaceLayout Layout(const ModelShape& shape, int capacity, const SplitKvPlan&
   return w;
 }
 
-Status LaunchWithPdl(const void* fn, dim3 grid, int threads, int smem, cudaStream_t stream,
-                     SplitKvParams* params) {
+Status LaunchWithPdl(const KernelLaunch& launch, cudaStream_t stream, SplitKvParams* params) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
+  cfg.gridDim = launch.grid;
+  cfg.blockDim = dim3(launch.threads);
+  cfg.dynamicSmemBytes = launch.smem_bytes;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   void* args[] = {params};
-  ATTNRT_CUDA_RETURN(cudaLaunchKernelExC(&cfg, fn, args));
+  ATTNRT_CUDA_RETURN(cudaLaunchKernelExC(&cfg, launch.fn, args));
   return Status::Ok();
 }
 
@@ -166,89 +159,75 @@ PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBat
   return p;
 }
 
-SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family,
-                            const SplitKvLaunchConfig& config) {
-  const StatusOr<SplitKvKernel> k = KernelFor(family, config, shape);
-  if (!k.ok()) return SplitKvPlan{};
-  return PlanFor(*k, Prepare(*k), config, shape, capacity);
-}
-
-SplitKvPlan MakeSplitKvPlan(const ModelShape& shape, int capacity, SplitKvFamily family) {
-  return MakeSplitKvPlan(shape, capacity, family, TunedLaunchConfig(family, shape, capacity));
-}
-
-std::size_t SplitKvWorkspaceBytes(SplitKvFamily family, const SplitKvLaunchConfig& config,
-                                  const ModelShape& shape, int capacity) {
-  if (!CheckKernelShape(shape, "split_kv").ok() ||
-      !CheckLaunchConfig(family, config, shape.head_dim).ok()) {
-    return 0;
-  }
-  return Layout(shape, capacity, MakeSplitKvPlan(shape, capacity, family, config)).total();
-}
-
-Status LaunchSplitKv(SplitKvFamily family, std::string_view name,
-                     const SplitKvLaunchConfig& config, const ModelShape& shape,
-                     const DecodeBatchView& batch, const KvPoolView& pools,
-                     DecodeWorkspace workspace, cudaStream_t stream, bool fuse_append) {
-  ATTNRT_RETURN_IF_ERROR(CheckKernelShape(shape, name));
+StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig& config,
+                                 const DecodePlanRequest& request) {
+  ATTNRT_ASSIGN_OR_RETURN(
+      DecodePlan plan,
+      StartPlan(request, SplitKvVariantName(family),
+                family == SplitKvFamily::kSimt ? SplitKvSupports<SplitKvFamily::kSimt>
+                                               : SplitKvSupports<SplitKvFamily::kTensorCore>));
+  const ModelShape& shape = plan.shape;
   ATTNRT_RETURN_IF_ERROR(CheckLaunchConfig(family, config, shape.head_dim));
-  if (fuse_append && family != SplitKvFamily::kTensorCore) {
-    return InternalError("fused append requested from a split-KV family without it");
-  }
   ATTNRT_ASSIGN_OR_RETURN(const SplitKvKernel k, KernelFor(family, config, shape));
-  const SplitKvPlan plan = PlanFor(k, Prepare(k), config, shape, batch.capacity);
-  const WorkspaceLayout layout = Layout(shape, batch.capacity, plan);
-  ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(shape, batch.capacity, batch, pools, workspace,
-                                           layout.total(), fuse_append));
-  if (batch.capacity == 0) return Status::Ok();
-  SplitKvParams p{};
-  static_cast<PagedDecodeParams&>(p) = MakePagedDecodeParams(shape, batch, pools);
-  p.plan = plan;
-  p.k_new = batch.k_new;
-  p.v_new = batch.v_new;
-  p.fuse_append = fuse_append ? 1 : 0;
-  if (layout.total() > 0) {
-    p.partial_out = static_cast<float*>(workspace.data);
-    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + layout.out_bytes);
-  }
-  ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(k.fn, dim3(plan.max_splits, shape.num_kv_heads,
-                                                  batch.capacity),
-                                       k.threads, k.smem_bytes, stream, &p));
-  if (plan.max_splits > 1) {  // else no slot can split: no merge launch at all
-    const void* merge = nullptr;
+  ATTNRT_ASSIGN_OR_RETURN(const int resident, PrepareKernel(k, request.device, config));
+  plan.split_kv_config = config;
+  plan.split_kv = SplitsFor(k, request.device.sm_count, resident, config, shape, plan.capacity);
+  plan.fuses_append =
+      family == SplitKvFamily::kTensorCore && plan.step == DecodeStep::kAppendAndDecode;
+  plan.workspace_bytes = Layout(shape, plan.capacity, plan.split_kv).total();
+  plan.decode = {k.fn, dim3(plan.split_kv.max_splits, shape.num_kv_heads, plan.capacity),
+                 k.threads, k.smem_bytes};
+  if (plan.split_kv.max_splits > 1) {  // else no slot can split: no merge launch at all
+    plan.merge.grid = dim3(shape.num_q_heads, plan.capacity);
+    plan.merge.threads = shape.head_dim / 4;
     ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(shape.head_dim, [&](auto d) {
-      merge = reinterpret_cast<const void*>(SplitKvMergeKernel<decltype(d)::value>);
+      plan.merge.fn = reinterpret_cast<const void*>(SplitKvMergeKernel<decltype(d)::value>);
     }));
-    ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(merge, dim3(batch.num_q_heads, batch.capacity),
-                                         shape.head_dim / 4, 0, stream, &p));
   }
-  return Status::Ok();
+  return plan;
 }
 
 template <SplitKvFamily kFamily>
 Status SplitKvSupports(const ModelShape& shape) {
   return CheckKernelShape(shape, SplitKvVariantName(kFamily));
 }
+
 template <SplitKvFamily kFamily>
-std::size_t SplitKvVariantWorkspaceBytes(const ModelShape& shape, int capacity) {
-  return SplitKvWorkspaceBytes(kFamily, TunedLaunchConfig(kFamily, shape, capacity), shape,
-                               capacity);
-}
-template <SplitKvFamily kFamily>
-Status SplitKvVariantLaunch(const ModelShape& shape, const DecodeBatchView& batch,
-                            const KvPoolView& pools, DecodeWorkspace workspace,
-                            cudaStream_t stream) {
-  return LaunchSplitKv(kFamily, SplitKvVariantName(kFamily),
-                       TunedLaunchConfig(kFamily, shape, batch.capacity), shape, batch, pools,
-                       workspace, stream);
+StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request) {
+  // (An out-of-range capacity picks some row; StartPlan then rejects the request naming it.)
+  const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
+  return PlanSplitKv(kFamily, TunedLaunchConfig(kFamily, request.shape, capacity), request);
 }
 
-#define ATTNRT_SPLIT_KV_VARIANT(family)                                                      \
-  template Status SplitKvSupports<family>(const ModelShape&);                                \
-  template std::size_t SplitKvVariantWorkspaceBytes<family>(const ModelShape&, int);         \
-  template Status SplitKvVariantLaunch<family>(const ModelShape&, const DecodeBatchView&,    \
-                                               const KvPoolView&, DecodeWorkspace,          \
-                                               cudaStream_t);
+template <SplitKvFamily kFamily>
+Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
+                  DecodeWorkspace workspace, const DecodeRunContext& context) {
+  ATTNRT_RETURN_IF_ERROR(
+      StartRun(plan, SplitKvVariantName(kFamily), batch, pools, workspace, context));
+  SplitKvParams p{};
+  static_cast<PagedDecodeParams&>(p) = MakePagedDecodeParams(plan.shape, batch, pools);
+  p.plan = plan.split_kv;
+  p.k_new = batch.k_new;
+  p.v_new = batch.v_new;
+  p.fuse_append = plan.fuses_append ? 1 : 0;
+  const WorkspaceLayout layout = Layout(plan.shape, plan.capacity, plan.split_kv);
+  if (layout.total() > 0) {
+    p.partial_out = static_cast<float*>(workspace.data);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + layout.out_bytes);
+  }
+  ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(plan.decode, context.stream, &p));
+  if (plan.merge.fn != nullptr) {
+    ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(plan.merge, context.stream, &p));
+  }
+  return Status::Ok();
+}
+
+#define ATTNRT_SPLIT_KV_VARIANT(family)                                                     \
+  template Status SplitKvSupports<family>(const ModelShape&);                               \
+  template StatusOr<DecodePlan> PlanSplitKvTuned<family>(const DecodePlanRequest&);         \
+  template Status RunSplitKv<family>(const DecodePlan&, const DecodeBatchView&,             \
+                                     const KvPoolView&, DecodeWorkspace,                    \
+                                     const DecodeRunContext&);
 ATTNRT_SPLIT_KV_VARIANT(SplitKvFamily::kSimt)
 ATTNRT_SPLIT_KV_VARIANT(SplitKvFamily::kTensorCore)
 #undef ATTNRT_SPLIT_KV_VARIANT

@@ -3,6 +3,7 @@
 // the CUDA executor from device memory.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "api/half.h"
@@ -48,6 +49,13 @@ struct DecodeBatchView {
   Half* out = nullptr;          // [capacity][H][D]
   float* lse = nullptr;         // [capacity][H] natural-log LSE of the scaled scores; may be null
   float scale = 1.0f;           // softmax scale
+};
+
+// Device scratch a decode plan asks for (DecodePlan::workspace_bytes: split-KV partials, the GEMM
+// path's gathered K/V and scores). Allocated once per plan set, never in a run.
+struct DecodeWorkspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
 };
 
 }  // namespace attnrt::kernels

@@ -1,7 +1,9 @@
-// Every decode variant in the table, and append-KV, against the CPU reference (FP64) on fresh
-// N(0,1) inputs with outputs, workspace and unread pool positions poisoned: max |out - ref| <=
-// 2e-3, relative L2 <= 1e-3, LSE within 1e-3, padded slots untouched, pools written exactly
-// where the reference writes. Skips (with the reason) where no CUDA device is present.
+// Every decode path in the variant table (the fused kernels and the cuBLAS GEMM path), and
+// append-KV, against the CPU reference (FP64) on fresh N(0,1) inputs with outputs, workspace and
+// unread pool positions poisoned: max |out - ref| <= 2e-3, relative L2 <= 1e-3, LSE within 1e-3,
+// padded slots untouched, pools written exactly where the reference writes. Each case plans once
+// on the current device and runs the plan. Skips (with the reason) where no CUDA device is present.
+#include <cublas_v2.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,10 +59,36 @@ const DecodeVariant& Variant(const std::string& name) {
   return **v;
 }
 
-enum class AppendMode { kSeparate, kFused };
+// A cuBLAS handle for plans that use one (the GEMM path), destroyed with the case.
+class CaseCublas {
+ public:
+  CaseCublas() = default;
+  CaseCublas(const CaseCublas&) = delete;
+  CaseCublas& operator=(const CaseCublas&) = delete;
+  ~CaseCublas() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  Status CreateFor(const DecodePlan& plan) {
+    if (!plan.uses_cublas || handle_ != nullptr) return Status::Ok();
+    ATTNRT_CUBLAS_RETURN(cublasCreate(&handle_));
+    return Status::Ok();
+  }
+  cublasHandle_t get() const { return handle_; }
 
-// What a case launches: a variant from the table, or (config set) the tensor-core split-KV family
-// under an explicit launch configuration (study 4's settings).
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+// Who appends the new token: the caller (LaunchAppendKv, then a kDecode plan), or the plan
+// (kAppendAndDecode: fused into the kernel in split_kv, the append kernel first elsewhere).
+enum class AppendMode { kByCaller, kByPlan };
+
+const char* AppendModeName(AppendMode mode) {
+  return mode == AppendMode::kByPlan ? "append in the plan" : "append by the caller";
+}
+
+// What a case runs: a table entry's own plan, or (config set) the tensor-core split-KV family
+// under an explicit launch configuration (study 4's settings), run by the split_kv entry.
 struct CaseLaunch {
   const DecodeVariant* variant = nullptr;
   std::optional<SplitKvLaunchConfig> config;
@@ -68,35 +96,38 @@ struct CaseLaunch {
   std::string name() const {
     return config ? "split_kv " + ToString(*config) : std::string(variant->name);
   }
-  std::size_t WorkspaceBytes(const ModelShape& shape, int capacity) const {
-    return config ? SplitKvWorkspaceBytes(SplitKvFamily::kTensorCore, *config, shape, capacity)
-                  : variant->workspace_bytes(shape, capacity);
+  StatusOr<DecodePlan> Plan(const ModelShape& shape, int capacity, AppendMode mode) const {
+    ATTNRT_ASSIGN_OR_RETURN(const DecodeDevice device, CurrentDecodeDevice());
+    const DecodePlanRequest request{
+        shape, capacity, 0,
+        mode == AppendMode::kByPlan ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode, device};
+    if (config) return PlanSplitKv(SplitKvFamily::kTensorCore, *config, request);
+    return variant->plan(request);
   }
-  // Append then decode, either as two calls (LaunchAppendKv, then decode) or fused
-  // (LaunchAppendAndDecode; one kernel in split_kv).
-  Status Run(AppendMode mode, const ModelShape& shape, const DevicePagedBatch& dev,
-             DecodeWorkspace ws, cudaStream_t stream) const {
-    const bool fused = mode == AppendMode::kFused;
-    if (config) {
-      if (!fused) ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
-      return LaunchSplitKv(SplitKvFamily::kTensorCore, "split_kv", *config, shape, dev.view(),
-                           dev.pools(), ws, stream, /*fuse_append=*/fused);
+  // Appends (kByCaller) and runs `plan` on `stream`.
+  Status Run(AppendMode mode, const DecodePlan& plan, const DevicePagedBatch& dev,
+             DecodeWorkspace ws, const CaseCublas& cublas, cudaStream_t stream) const {
+    if (mode == AppendMode::kByCaller) {
+      ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
     }
-    if (fused) return LaunchAppendAndDecode(*variant, shape, dev.view(), dev.pools(), ws, stream);
-    ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
-    return variant->launch(shape, dev.view(), dev.pools(), ws, stream);
+    return variant->run(plan, dev.view(), dev.pools(), ws, {stream, cublas.get()});
   }
 };
 
-// A workspace poisoned with 0xFF bytes (NaN floats): a merge that reads a partial nobody wrote
-// shows up as NaN.
-Status MakeWorkspace(const CaseLaunch& launch, const ModelShape& shape, int capacity,
-                     DeviceArray<char>* storage, DecodeWorkspace* ws) {
-  const std::size_t bytes = launch.WorkspaceBytes(shape, capacity);
-  ATTNRT_RETURN_IF_ERROR(storage->Allocate(bytes));
-  if (bytes > 0) ATTNRT_CUDA_RETURN(cudaMemset(storage->get(), 0xFF, bytes));
+CaseLaunch TableCase(const DecodeVariant& v) { return CaseLaunch{&v, std::nullopt}; }
+CaseLaunch ConfigCase(const SplitKvLaunchConfig& config) {
+  return CaseLaunch{&Variant("split_kv"), config};
+}
+
+// A workspace of the plan's size poisoned with 0xFF bytes (NaN floats): a merge that reads a
+// partial nobody wrote shows up as NaN.
+Status MakeWorkspace(const DecodePlan& plan, DeviceArray<char>* storage, DecodeWorkspace* ws) {
+  ATTNRT_RETURN_IF_ERROR(storage->Allocate(plan.workspace_bytes));
+  if (plan.workspace_bytes > 0) {
+    ATTNRT_CUDA_RETURN(cudaMemset(storage->get(), 0xFF, plan.workspace_bytes));
+  }
   ws->data = storage->get();
-  ws->bytes = bytes;
+  ws->bytes = plan.workspace_bytes;
   return Status::Ok();
 }
 
@@ -129,25 +160,29 @@ void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const 
   EXPECT_TRUE(testing::PaddedSlotsUntouched(host, out, lse)) << "a padded slot was written";
 }
 
+
 void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
   if (launch.variant != nullptr) ASSERT_OK(launch.variant->supports(shape));
-  for (AppendMode mode : {AppendMode::kSeparate, AppendMode::kFused}) {
+  for (AppendMode mode : {AppendMode::kByCaller, AppendMode::kByPlan}) {
     PagedBatch host = MakePagedBatch(shape, lengths, options);
     DevicePagedBatch dev;
     ASSERT_OK(dev.Upload(host));
+    const StatusOr<DecodePlan> plan = launch.Plan(shape, host.capacity, mode);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     DeviceArray<char> ws_storage;
     DecodeWorkspace ws;
-    ASSERT_OK(MakeWorkspace(launch, shape, host.capacity, &ws_storage, &ws));
-    ASSERT_OK(launch.Run(mode, shape, dev, ws, nullptr));
+    ASSERT_OK(MakeWorkspace(*plan, &ws_storage, &ws));
+    CaseCublas cublas;
+    ASSERT_OK(cublas.CreateFor(*plan));
+    ASSERT_OK(launch.Run(mode, *plan, dev, ws, cublas, nullptr));
     ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
-    CheckAgainstReference(host, dev,
-                          launch.name() + (mode == AppendMode::kFused ? " fused" : " separate"));
+    CheckAgainstReference(host, dev, launch.name() + ", " + AppendModeName(mode));
   }
 }
 void RunCase(const DecodeVariant& v, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
-  RunCase(CaseLaunch{&v, std::nullopt}, shape, lengths, options);
+  RunCase(TableCase(v), shape, lengths, options);
 }
 
 // ---- Sweep: variant x D x block size x group --------------------------------------------------
@@ -206,17 +241,27 @@ void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
 
   DevicePagedBatch dev;
   ASSERT_OK(dev.Upload(host_short));
+  const CaseLaunch launch = TableCase(v);
+  const StatusOr<DecodePlan> plan = launch.Plan(shape, host_short.capacity, mode);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   DeviceArray<char> ws_storage;
   DecodeWorkspace ws;
-  const CaseLaunch launch{&v, std::nullopt};
-  ASSERT_OK(MakeWorkspace(launch, shape, host_short.capacity, &ws_storage, &ws));
+  ASSERT_OK(MakeWorkspace(*plan, &ws_storage, &ws));
+  CaseCublas cublas;
+  ASSERT_OK(cublas.CreateFor(*plan));
   cudaStream_t stream;
   ASSERT_OK(CudaStatus(cudaStreamCreate(&stream), "stream", __FILE__, __LINE__));
+  if (plan->uses_cublas) {
+    // cuBLAS picks and loads its kernels on the first call: once eagerly, as the executor's
+    // warm-up does (the same short-context work the first replay repeats).
+    ASSERT_OK(launch.Run(mode, *plan, dev, ws, cublas, stream));
+    ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
+  }
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_OK(CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture",
                        __FILE__, __LINE__));
-  const Status launched = launch.Run(mode, shape, dev, ws, stream);
+  const Status launched = launch.Run(mode, *plan, dev, ws, cublas, stream);
   ASSERT_OK(CudaStatus(cudaStreamEndCapture(stream, &graph), "end capture", __FILE__, __LINE__));
   ASSERT_OK(launched);
   ASSERT_OK(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiate", __FILE__, __LINE__));
@@ -287,13 +332,15 @@ TEST_P(DecodeEdgeTest, LargeBatchUnsplit) {
 
 TEST_P(DecodeEdgeTest, GraphCapturedShortReplayedLong) {
   SKIP_WITHOUT_GPU();
-  for (AppendMode mode : {AppendMode::kSeparate, AppendMode::kFused}) {
-    SCOPED_TRACE(mode == AppendMode::kFused ? "LaunchAppendAndDecode" : "append, then decode");
+  for (AppendMode mode : {AppendMode::kByCaller, AppendMode::kByPlan}) {
+    SCOPED_TRACE(AppendModeName(mode));
     CaptureShortReplayLong(variant(), mode);
   }
 }
 
-TEST_P(DecodeEdgeTest, UnsupportedCombosAreUnimplementedAndWriteNothing) {
+// Shapes a path cannot run are refused at plan time naming the combination; views that disagree
+// with a plan are refused by its run naming the field. Neither writes anything.
+TEST_P(DecodeEdgeTest, UnsupportedShapesAndBadViewsAreRefusedAndWriteNothing) {
   SKIP_WITHOUT_GPU();
   const DecodeVariant& v = variant();
   const ModelShape good = Shape(8, 2, 128, 16, 1, 1024);
@@ -301,49 +348,97 @@ TEST_P(DecodeEdgeTest, UnsupportedCombosAreUnimplementedAndWriteNothing) {
   PagedBatch host = MakePagedBatch(good, lengths, {.seed = 21});
   DevicePagedBatch dev;
   ASSERT_OK(dev.Upload(host));
+  const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
   struct Bad {
     ModelShape shape;
     const char* names;  // the message must name the combination
   };
   ModelShape g3 = good;
-  g3.num_q_heads = 6;  // group 3
+  g3.num_q_heads = 6;  // group 3: the fused kernels have no instance; the GEMM path runs it
   ModelShape d96 = good;
   d96.head_dim = 96;
   ModelShape bs128 = good;
   bs128.block_size = 128;
   for (const Bad& bad : {Bad{g3, "6/2"}, Bad{d96, "head_dim = 96"}, Bad{bs128, "block_size = 128"}}) {
     const Status s = v.supports(bad.shape);
-    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
+    const StatusOr<DecodePlan> plan =
+        v.plan({bad.shape, host.capacity, 0, DecodeStep::kAppendAndDecode, *device});
+    if (s.ok()) {
+      EXPECT_TRUE(v.name == "gemm" && bad.shape.num_q_heads == 6) << bad.names;
+      EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+      continue;
+    }
+    EXPECT_TRUE(s.code() == StatusCode::kUnimplemented || s.code() == StatusCode::kInvalidArgument)
+        << s.ToString();
     EXPECT_NE(s.message().find(bad.names), std::string::npos) << s.ToString();
-    const Status launch = v.launch(bad.shape, dev.view(), dev.pools(), {}, nullptr);
-    EXPECT_EQ(launch.code(), StatusCode::kUnimplemented) << launch.ToString();
-    const Status fused = LaunchAppendAndDecode(v, bad.shape, dev.view(), dev.pools(), {}, nullptr);
-    EXPECT_EQ(fused.code(), StatusCode::kUnimplemented) << fused.ToString();
+    ASSERT_FALSE(plan.ok()) << bad.names;
+    EXPECT_EQ(plan.status().code(), s.code()) << plan.status().ToString();
+    EXPECT_NE(plan.status().message().find(bad.names), std::string::npos)
+        << plan.status().ToString();
   }
-  // Views that disagree with the shape: InvalidArgument naming the field.
+  // Views that disagree with the plan: InvalidArgument naming the field, before the append.
+  const StatusOr<DecodePlan> plan =
+      v.plan({good, host.capacity, 0, DecodeStep::kAppendAndDecode, *device});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  CaseCublas cublas;
+  ASSERT_OK(cublas.CreateFor(*plan));
+  const DecodeRunContext context{nullptr, cublas.get()};
+  DeviceArray<char> ws_storage;
+  DecodeWorkspace ws;
+  ASSERT_OK(MakeWorkspace(*plan, &ws_storage, &ws));
+  auto expect_refused = [&](const DecodeBatchView& batch, DecodeWorkspace workspace,
+                            const char* field) {
+    const Status s = v.run(*plan, batch, dev.pools(), workspace, context);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << field << ": " << s.ToString();
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.ToString();
+  };
   DecodeBatchView wrong_heads = dev.view();
   wrong_heads.num_q_heads = 4;
-  const Status s = v.launch(good, wrong_heads, dev.pools(), {}, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("batch.num_q_heads"), std::string::npos) << s.ToString();
+  expect_refused(wrong_heads, ws, "batch.num_q_heads");
+  DecodeBatchView wrong_capacity = dev.view();
+  wrong_capacity.capacity = host.capacity - 1;
+  expect_refused(wrong_capacity, ws, "batch.capacity");
   DecodeBatchView null_q = dev.view();
   null_q.q = nullptr;
-  const Status null_status = v.launch(good, null_q, dev.pools(), {}, nullptr);
-  EXPECT_NE(null_status.message().find("batch.q"), std::string::npos) << null_status.ToString();
-  if (v.workspace_bytes(good, host.capacity) > 0) {
-    const Status ws_status = v.launch(good, dev.view(), dev.pools(), {}, nullptr);
-    EXPECT_EQ(ws_status.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(ws_status.message().find("workspace.bytes"), std::string::npos)
-        << ws_status.ToString();
+  expect_refused(null_q, ws, "batch.q");
+  DecodeBatchView null_k_new = dev.view();
+  null_k_new.k_new = nullptr;
+  expect_refused(null_k_new, ws, "batch.k_new");
+  if (plan->workspace_bytes > 0) expect_refused(dev.view(), {}, "workspace.bytes");
+  if (plan->uses_cublas) {
+    const Status no_handle = v.run(*plan, dev.view(), dev.pools(), ws, {nullptr, nullptr});
+    EXPECT_NE(no_handle.message().find("context.cublas"), std::string::npos) << no_handle.ToString();
   }
   ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
   std::vector<Half> out(host.out.size()), k_pool(host.k_pool.size());
   ASSERT_OK(dev.out.Download(out));
   ASSERT_OK(dev.k_pool.Download(k_pool));
-  EXPECT_TRUE(std::all_of(out.begin(), out.end(), testing::IsNaN)) << "a rejected launch wrote";
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), testing::IsNaN)) << "a refused run wrote";
   EXPECT_TRUE(std::equal(k_pool.begin(), k_pool.end(), host.k_pool.begin(),
                          [](Half a, Half b) { return a.bits == b.bits; }))
-      << "a rejected launch appended";
+      << "a refused run appended";
+}
+
+// A plan is fixed when made: the same request gives the same decisions, so every graph captured
+// from its runs launches the same grids.
+TEST_P(DecodeEdgeTest, PlansAreDeterministic) {
+  SKIP_WITHOUT_GPU();
+  const DecodeVariant& v = variant();
+  const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  const DecodePlanRequest request{Shape(32, 8, 128, 16, 1, 32768), 4, 0,
+                                  DecodeStep::kAppendAndDecode, *device};
+  const StatusOr<DecodePlan> a = v.plan(request);
+  const StatusOr<DecodePlan> b = v.plan(request);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_EQ(a->workspace_bytes, b->workspace_bytes);
+  EXPECT_EQ(a->decode.fn, b->decode.fn);
+  EXPECT_EQ(a->decode.grid.x, b->decode.grid.x);
+  EXPECT_EQ(a->decode.grid.y, b->decode.grid.y);
+  EXPECT_EQ(a->decode.grid.z, b->decode.grid.z);
+  EXPECT_EQ(a->split_kv.max_splits, b->split_kv.max_splits);
+  EXPECT_EQ(a->max_kv_length, b->max_kv_length);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DecodeEdgeTest, ::testing::ValuesIn(VariantNames()),
@@ -378,9 +473,12 @@ TEST_P(LaunchConfigTest, MatchesReference) {
   PagedBatchOptions opt;
   opt.seed = 5000 + d + group * 3 + warps * 7 + ctas_per_sm * 11 + min_split;
   opt.capacity = static_cast<int>(lengths.size()) + 1;
-  const SplitKvPlan plan = MakeSplitKvPlan(shape, opt.capacity, SplitKvFamily::kTensorCore, config);
-  EXPECT_EQ(plan.tile_tokens, tile);
-  RunCase(CaseLaunch{nullptr, config}, shape, lengths, opt);
+  const CaseLaunch launch = ConfigCase(config);
+  const StatusOr<DecodePlan> plan = launch.Plan(shape, opt.capacity, AppendMode::kByPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->split_kv.tile_tokens, tile);
+  EXPECT_EQ(plan->split_kv_config, config);
+  RunCase(launch, shape, lengths, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -409,34 +507,41 @@ TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
     for (int i = 0; i < capacity; ++i) lengths[i] = 1 + (i * 2654435761u) % 2048;
     SCOPED_TRACE("row D" + std::to_string(row.head_dim) + " G" + std::to_string(row.group) +
                  " min_work " + std::to_string(row.min_work));
-    RunCase(CaseLaunch{nullptr, row.config}, shape, lengths, {.seed = 77});
+    RunCase(ConfigCase(row.config), shape, lengths, {.seed = 77});
   }
 }
 
 // ---- Split path coverage: the edge-case shapes really take both paths in split_kv -------------
 
-class SplitKvPlanTest : public ::testing::TestWithParam<SplitKvFamily> {};
+class SplitKvPlanTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
   SKIP_WITHOUT_GPU();  // the plan depends on the device's SM count and occupancy
-  const SplitKvFamily f = GetParam();
-  const ModelShape sweep = Shape(4, 2, 128, 16, 2, 2048);
-  const SplitKvPlan plan = MakeSplitKvPlan(sweep, 10, f);
+  const DecodeVariant& v = Variant(GetParam());
+  const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  auto split_plan = [&](const ModelShape& shape, int capacity) {
+    const StatusOr<DecodePlan> plan =
+        v.plan({shape, capacity, 0, DecodeStep::kAppendAndDecode, *device});
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? plan->split_kv : SplitKvPlan{};
+  };
+  const SplitKvPlan plan = split_plan(Shape(4, 2, 128, 16, 2, 2048), 10);
   EXPECT_GT(SplitSlot(1500, plan).num_splits, 1);
   EXPECT_EQ(SplitSlot(17, plan).num_splits, 1);  // the block-boundary cases stay whole
-  const ModelShape graph = Shape(8, 2, 128, 16, 2, 8192);
-  const SplitKvPlan gplan = MakeSplitKvPlan(graph, 6, f);
+  const SplitKvPlan gplan = split_plan(Shape(8, 2, 128, 16, 2, 8192), 6);
   EXPECT_EQ(SplitSlot(17, gplan).num_splits, 1);
   EXPECT_GT(SplitSlot(8000, gplan).num_splits, 1);
-  EXPECT_EQ(MakeSplitKvPlan(Shape(32, 8, 64, 32, 2, 1024), 96, f).max_splits, 1);
-  const SplitKvPlan long_plan = MakeSplitKvPlan(Shape(2, 1, 128, 64, 1, 131072), 1, f);
+  EXPECT_EQ(split_plan(Shape(32, 8, 64, 32, 2, 1024), 96).max_splits, 1);
+  const SplitKvPlan long_plan = split_plan(Shape(2, 1, 128, 64, 1, 131072), 1);
   EXPECT_GT(SplitSlot(131072, long_plan).num_splits, 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SplitKvPlanTest,
-                         ::testing::Values(SplitKvFamily::kSimt, SplitKvFamily::kTensorCore),
-                         [](const ::testing::TestParamInfo<SplitKvFamily>& info) {
-                           return std::string(info.param == SplitKvFamily::kSimt ? "simt" : "tc");
+                         ::testing::Values(std::string(SplitKvVariantName(SplitKvFamily::kSimt)),
+                                           std::string(SplitKvVariantName(SplitKvFamily::kTensorCore))),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
                          });
 
 }  // namespace

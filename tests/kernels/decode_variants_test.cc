@@ -1,24 +1,75 @@
-// The variant table and the split-KV plan, on the host (no GPU needed).
+// The decode-variant table and its plans, on the host (no GPU needed): every entry is complete
+// and findable, the GEMM path is one of them, plans reject what they cannot run naming the field,
+// plans for a described device size without one and never run, and the split-KV splits.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <vector>
 
+#include "kernels/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
+#include "kernels/gemm_path.h"
 
 namespace attnrt::kernels {
 namespace {
 
-TEST(DecodeVariantsTest, TableListsSimpleFirstAndDefaultsToSplitKv) {
-  ASSERT_GE(DecodeVariants().size(), 2u);
+// A device without a GPU behind it: plans size against its SM count, runs refuse them.
+constexpr DecodeDevice kDescribedH100{-1, 132};
+
+ModelShape Shape(int q_heads, int kv_heads, int head_dim, int max_context = 4096) {
+  ModelShape s;
+  s.num_q_heads = q_heads;
+  s.num_kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.max_context = max_context;
+  return s;
+}
+
+DecodePlanRequest Request(const ModelShape& shape, int capacity,
+                          DecodeStep step = DecodeStep::kAppendAndDecode) {
+  return {shape, capacity, 0, step, kDescribedH100};
+}
+
+// A configuration that needs no occupancy query (ctas_per_sm > 0): plannable on the host.
+constexpr SplitKvLaunchConfig kHostPlannable{4, 2, 256};
+
+// What `variant` plans for `request` on the host: split-KV entries under kHostPlannable (their
+// tuned configuration may use the occupancy rule, which needs a live device).
+StatusOr<DecodePlan> HostPlan(const DecodeVariant& variant, const DecodePlanRequest& request) {
+  if (variant.name == SplitKvVariantName(SplitKvFamily::kSimt)) {
+    return PlanSplitKv(SplitKvFamily::kSimt, kHostPlannable, request);
+  }
+  if (variant.name == SplitKvVariantName(SplitKvFamily::kTensorCore)) {
+    return PlanSplitKv(SplitKvFamily::kTensorCore, kHostPlannable, request);
+  }
+  return variant.plan(request);
+}
+
+TEST(DecodeVariantsTest, EveryEntryIsCompleteNamedOnceAndFindable) {
+  std::set<std::string_view> names;
+  for (const DecodeVariant& v : DecodeVariants()) {
+    EXPECT_FALSE(v.name.empty());
+    EXPECT_TRUE(names.insert(v.name).second) << "two entries named " << v.name;
+    EXPECT_NE(v.supports, nullptr) << v.name;
+    EXPECT_NE(v.kv_length_buckets, nullptr) << v.name;
+    EXPECT_NE(v.plan, nullptr) << v.name;
+    EXPECT_NE(v.run, nullptr) << v.name;
+    auto found = FindDecodeVariant(v.name);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    EXPECT_EQ(*found, &v);
+  }
+}
+
+TEST(DecodeVariantsTest, SimpleFirstGemmInTheTableSplitKvDefault) {
+  ASSERT_GE(DecodeVariants().size(), 4u);
   EXPECT_EQ(DecodeVariants().front().name, "simple");
   EXPECT_EQ(DefaultDecodeVariant().name, "split_kv");
   EXPECT_EQ(&DefaultDecodeVariant(), &DecodeVariants().back());
-  for (const DecodeVariant& v : DecodeVariants()) {
-    auto found = FindDecodeVariant(v.name);
-    ASSERT_TRUE(found.ok());
-    EXPECT_EQ(*found, &v);
-  }
+  auto gemm = FindDecodeVariant(kGemmVariantName);
+  ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+  EXPECT_EQ((*gemm)->name, "gemm");
 }
 
 TEST(DecodeVariantsTest, UnknownNameIsNotFoundAndListsNames) {
@@ -26,7 +77,9 @@ TEST(DecodeVariantsTest, UnknownNameIsNotFoundAndListsNames) {
   ASSERT_FALSE(found.ok());
   EXPECT_EQ(found.status().code(), StatusCode::kNotFound);
   EXPECT_NE(found.status().message().find("'fastest'"), std::string::npos);
-  EXPECT_NE(found.status().message().find("simple, split_kv_simt, split_kv"), std::string::npos);
+  EXPECT_NE(found.status().message().find("simple, gemm, split_kv_simt, split_kv"),
+            std::string::npos)
+      << found.status().ToString();
 }
 
 TEST(DecodeVariantsTest, SupportsEveryIssueComboAndNamesTheOthers) {
@@ -34,25 +87,153 @@ TEST(DecodeVariantsTest, SupportsEveryIssueComboAndNamesTheOthers) {
     for (int d : {64, 128, 256}) {
       for (int bs : {8, 16, 32, 64}) {
         for (int g : {1, 2, 4, 8}) {
-          ModelShape s;
-          s.num_kv_heads = 4;
-          s.num_q_heads = 4 * g;
-          s.head_dim = d;
+          ModelShape s = Shape(4 * g, 4, d);
           s.block_size = bs;
           EXPECT_TRUE(v.supports(s).ok()) << v.name << " D" << d << " bs" << bs << " G" << g;
         }
       }
     }
-    ModelShape g16;
-    g16.num_kv_heads = 2;
-    g16.num_q_heads = 32;
-    const Status s = v.supports(g16);
-    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-    EXPECT_NE(s.message().find("32/2"), std::string::npos) << s.ToString();
-    ModelShape bad_ratio;
-    bad_ratio.num_kv_heads = 3;
-    bad_ratio.num_q_heads = 4;
-    EXPECT_NE(v.supports(bad_ratio).code(), StatusCode::kOk);
+    // The fused kernels are instantiated for groups up to 8; the GEMM path takes any group.
+    const Status g16 = v.supports(Shape(32, 2, 128));
+    if (v.name == kGemmVariantName) {
+      EXPECT_TRUE(g16.ok()) << g16.ToString();
+    } else {
+      EXPECT_EQ(g16.code(), StatusCode::kUnimplemented);
+      EXPECT_NE(g16.message().find("32/2"), std::string::npos) << g16.ToString();
+    }
+    const Status bad_ratio = v.supports(Shape(4, 3, 128));
+    EXPECT_FALSE(bad_ratio.ok()) << v.name;
+    EXPECT_NE(bad_ratio.message().find("num_q_heads"), std::string::npos) << bad_ratio.ToString();
+  }
+}
+
+// Every plan refuses what it cannot run with a Status naming the offending field.
+TEST(DecodeVariantsTest, PlanRejectsWhatItCannotRunNamingTheField) {
+  for (const DecodeVariant& v : DecodeVariants()) {
+    SCOPED_TRACE(std::string(v.name));
+    struct Bad {
+      DecodePlanRequest request;
+      const char* field;
+    };
+    const ModelShape good = Shape(8, 2, 128);
+    ModelShape d96 = good;
+    d96.head_dim = 96;
+    ModelShape bs128 = good;
+    bs128.block_size = 128;
+    DecodePlanRequest no_sms = Request(good, 4);
+    no_sms.device.sm_count = 0;
+    DecodePlanRequest too_long = Request(good, 4);
+    too_long.max_kv_length = good.max_context + 1;
+    for (const Bad& bad : {Bad{Request(d96, 4), "head_dim"}, Bad{Request(bs128, 4), "block_size"},
+                           Bad{Request(good, 0), "request.capacity = 0"},
+                           Bad{Request(good, 70000), "request.capacity = 70000"},
+                           Bad{no_sms, "request.device.sm_count = 0"},
+                           Bad{too_long, "request.max_kv_length = 4097"}}) {
+      const StatusOr<DecodePlan> plan = v.plan(bad.request);
+      ASSERT_FALSE(plan.ok()) << bad.field;
+      EXPECT_TRUE(plan.status().code() == StatusCode::kInvalidArgument ||
+                  plan.status().code() == StatusCode::kUnimplemented)
+          << plan.status().ToString();
+      EXPECT_NE(plan.status().message().find(bad.field), std::string::npos)
+          << plan.status().ToString();
+    }
+  }
+}
+
+TEST(DecodeVariantsTest, PlansOnADescribedDeviceRecordTheirDecisions) {
+  const ModelShape shape = Shape(32, 8, 128, 4096);
+  for (const DecodeVariant& v : DecodeVariants()) {
+    for (DecodeStep step : {DecodeStep::kDecode, DecodeStep::kAppendAndDecode}) {
+      SCOPED_TRACE(std::string(v.name) + (step == DecodeStep::kDecode ? " decode" : " append"));
+      const StatusOr<DecodePlan> plan = HostPlan(v, Request(shape, 8, step));
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_EQ(plan->variant, v.name);
+      EXPECT_EQ(plan->capacity, 8);
+      EXPECT_EQ(plan->step, step);
+      EXPECT_EQ(plan->device.sm_count, kDescribedH100.sm_count);
+      EXPECT_GE(plan->max_kv_length, shape.max_context);
+      // Only the tensor-core kernel appends inside itself.
+      EXPECT_EQ(plan->fuses_append, v.name == "split_kv" && step == DecodeStep::kAppendAndDecode);
+      EXPECT_EQ(plan->uses_cublas, v.name == kGemmVariantName);
+      if (v.name == kGemmVariantName) {
+        EXPECT_EQ(plan->gemm.t_pad, 4096);
+        EXPECT_EQ(plan->workspace_bytes, plan->gemm.workspace_bytes);
+        EXPECT_EQ(plan->decode.fn, nullptr);
+      } else {
+        EXPECT_NE(plan->decode.fn, nullptr);
+        EXPECT_GT(plan->decode.threads, 0);
+        EXPECT_GT(plan->decode.grid.x * plan->decode.grid.y * plan->decode.grid.z, 0u);
+      }
+      if (v.name == "simple") {
+        EXPECT_EQ(plan->workspace_bytes, 0u);
+        EXPECT_EQ(plan->decode.grid.x, 32u);  // one CTA per (q head, slot)
+        EXPECT_EQ(plan->decode.grid.y, 8u);
+      }
+    }
+  }
+}
+
+// One plan per bucket: the GEMM path's Tpad buckets, the others one bucket that runs any length.
+TEST(DecodeVariantsTest, KvLengthBucketsCoverMaxContext) {
+  const ModelShape shape = Shape(32, 8, 128, 5000);
+  for (const DecodeVariant& v : DecodeVariants()) {
+    SCOPED_TRACE(std::string(v.name));
+    const std::vector<int> buckets = v.kv_length_buckets(shape);
+    ASSERT_FALSE(buckets.empty());
+    EXPECT_EQ(buckets.back(), shape.max_context);
+    for (std::size_t i = 1; i < buckets.size(); ++i) EXPECT_LT(buckets[i - 1], buckets[i]);
+    for (int bucket : buckets) {
+      DecodePlanRequest request = Request(shape, 4);
+      request.max_kv_length = bucket;
+      const StatusOr<DecodePlan> plan = HostPlan(v, request);
+      ASSERT_TRUE(plan.ok()) << bucket << ": " << plan.status().ToString();
+      EXPECT_GE(plan->max_kv_length, bucket);
+    }
+  }
+  EXPECT_EQ(FindDecodeVariant(kGemmVariantName).value()->kv_length_buckets(shape),
+            (std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096, 5000}));
+  DecodePlanRequest top = Request(shape, 4);
+  top.max_kv_length = 5000;
+  const StatusOr<DecodePlan> gemm_top = PlanGemm(top);
+  ASSERT_TRUE(gemm_top.ok());
+  EXPECT_EQ(gemm_top->gemm.t_pad, 5056);  // max_context rounded up to the Tpad quantum
+  EXPECT_EQ(gemm_top->max_kv_length, 5056);
+}
+
+// Without a live device the occupancy rule cannot be evaluated: the plan says so instead of
+// assuming some GPU's SM count.
+TEST(DecodeVariantsTest, OccupancyRuleNeedsALiveDevice) {
+  const StatusOr<DecodePlan> plan =
+      PlanSplitKv(SplitKvFamily::kTensorCore, {4, 0, 256}, Request(Shape(32, 8, 128), 4));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("config.ctas_per_sm = 0"), std::string::npos)
+      << plan.status().ToString();
+}
+
+// A plan runs only on the variant that made it and only on a live device; both are refused
+// before anything is checked or enqueued (no CUDA call here).
+TEST(DecodeVariantsTest, RunRefusesAForeignOrDescribedPlan) {
+  const StatusOr<DecodePlan> simple = PlanSimple(Request(Shape(8, 2, 128), 2));
+  ASSERT_TRUE(simple.ok()) << simple.status().ToString();
+  const Status described = DecodeVariants().front().run(*simple, {}, {}, {}, {});
+  EXPECT_EQ(described.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(described.message().find("plan.device.ordinal = -1"), std::string::npos)
+      << described.ToString();
+  const Status foreign = DefaultDecodeVariant().run(*simple, {}, {}, {}, {});
+  EXPECT_EQ(foreign.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(foreign.message().find("plan.variant = 'simple'"), std::string::npos)
+      << foreign.ToString();
+}
+
+TEST(DecodeVariantsTest, CurrentDeviceIsUnavailableWithoutAGpu) {
+  const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
+  if (CudaDeviceAvailable()) {
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    EXPECT_GE(device->ordinal, 0);
+    EXPECT_GT(device->sm_count, 0);
+  } else {
+    EXPECT_EQ(device.status().code(), StatusCode::kUnavailable);
   }
 }
 
@@ -81,17 +262,22 @@ TEST(SplitKvPlanTest, SplitsCoverEveryTokenOnce) {
 }
 
 TEST(SplitKvPlanTest, WorkspaceCoversEveryPartial) {
-  const DecodeVariant& v = DefaultDecodeVariant();
-  ModelShape s;
-  s.num_q_heads = 32;
-  s.num_kv_heads = 32;
-  s.max_context = 65536;
-  const SplitKvPlan plan = MakeSplitKvPlan(s, 1);
-  EXPECT_GT(plan.max_splits, 1);
-  EXPECT_GE(v.workspace_bytes(s, 1),
-            static_cast<std::size_t>(plan.max_splits) * 32 * (128 + 1) * sizeof(float));
-  s.max_context = 128;  // too short to ever split: no workspace
-  EXPECT_EQ(v.workspace_bytes(s, 1), 0u);
+  ModelShape s = Shape(32, 32, 128, 65536);
+  for (SplitKvFamily family : {SplitKvFamily::kSimt, SplitKvFamily::kTensorCore}) {
+    const StatusOr<DecodePlan> plan = PlanSplitKv(family, kHostPlannable, Request(s, 1));
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_GT(plan->split_kv.max_splits, 1);
+    EXPECT_GE(plan->workspace_bytes,
+              static_cast<std::size_t>(plan->split_kv.max_splits) * 32 * (128 + 1) * sizeof(float));
+    EXPECT_NE(plan->merge.fn, nullptr);
+    EXPECT_EQ(plan->decode.grid.x, static_cast<unsigned>(plan->split_kv.max_splits));
+  }
+  s.max_context = 128;  // too short to ever split: no workspace, no merge
+  const StatusOr<DecodePlan> short_plan =
+      PlanSplitKv(SplitKvFamily::kTensorCore, kHostPlannable, Request(s, 1));
+  ASSERT_TRUE(short_plan.ok()) << short_plan.status().ToString();
+  EXPECT_EQ(short_plan->workspace_bytes, 0u);
+  EXPECT_EQ(short_plan->merge.fn, nullptr);
 }
 
 }  // namespace

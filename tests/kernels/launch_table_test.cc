@@ -2,9 +2,11 @@
 // configuration the kernels support, rows are ordered, and dispatch picks the right row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
+#include "kernels/decode.h"
 #include "kernels/decode_internal.h"
 
 namespace attnrt::kernels {
@@ -78,24 +80,42 @@ TEST(LaunchTableTest, BadConfigurationsNameTheField) {
 }
 
 // The plan follows the configuration: the CTA tile is 16 tokens per warp, pieces are at least
-// min_split_tokens long, and a target of ctas_per_sm stops splitting once the work items fill it.
+// min_split_tokens long, and a target of ctas_per_sm stops splitting once the work items fill the
+// device's SMs (here a described 132-SM device: no GPU needed when ctas_per_sm > 0).
 TEST(LaunchTableTest, PlanFollowsTheConfiguration) {
   const ModelShape s = Shape(32, 8, 128);
+  const DecodeDevice h100{-1, 132};
   for (int warps : {2, 4, 8}) {
     for (int min_split : {128, 512}) {
-      const SplitKvPlan plan =
-          MakeSplitKvPlan(s, 1, SplitKvFamily::kTensorCore, {warps, 8, min_split});
-      EXPECT_EQ(plan.tile_tokens, 16 * warps);
-      EXPECT_EQ(plan.min_tiles, std::max(1, min_split / (16 * warps)));
-      EXPECT_GT(plan.max_splits, 1) << "8 work items, 8 CTAs per SM wanted: must split";
-      EXPECT_LE(plan.max_splits, 64);
+      const StatusOr<DecodePlan> plan = PlanSplitKv(SplitKvFamily::kTensorCore, {warps, 8, min_split},
+                                                    {s, 1, 0, DecodeStep::kDecode, h100});
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      const SplitKvPlan& split = plan->split_kv;
+      EXPECT_EQ(split.tile_tokens, 16 * warps);
+      EXPECT_EQ(split.min_tiles, std::max(1, min_split / (16 * warps)));
+      EXPECT_GT(split.max_splits, 1) << "8 work items, 8 CTAs per SM wanted: must split";
+      EXPECT_LE(split.max_splits, 64);
+      EXPECT_EQ(plan->decode.threads, 32 * warps);
+      EXPECT_EQ(plan->decode.grid.x, static_cast<unsigned>(split.max_splits));
       // A split never gets fewer than min_split tokens (except where the context is shorter).
-      const SlotSplit ss = SplitSlot(32768, plan);
-      EXPECT_GE(ss.tiles_per_split * plan.tile_tokens, min_split);
+      const SlotSplit ss = SplitSlot(32768, split);
+      EXPECT_GE(ss.tiles_per_split * split.tile_tokens, min_split);
     }
   }
-  // 100000 work items outnumber any SM count times 1: no split.
-  EXPECT_EQ(MakeSplitKvPlan(s, 12500, SplitKvFamily::kTensorCore, {4, 1, 256}).max_splits, 1);
+  // 100000 work items outnumber 132 SMs times 1: no split, no merge.
+  const StatusOr<DecodePlan> wide = PlanSplitKv(SplitKvFamily::kTensorCore, {4, 1, 256},
+                                                {s, 12500, 0, DecodeStep::kDecode, h100});
+  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
+  EXPECT_EQ(wide->split_kv.max_splits, 1);
+  EXPECT_EQ(wide->merge.fn, nullptr);
+  // The SM count is the device's: twice the SMs, twice the splits for a few work items.
+  const StatusOr<DecodePlan> small = PlanSplitKv(SplitKvFamily::kTensorCore, {4, 1, 128},
+                                                 {s, 2, 0, DecodeStep::kDecode, {-1, 16}});
+  const StatusOr<DecodePlan> large = PlanSplitKv(SplitKvFamily::kTensorCore, {4, 1, 128},
+                                                 {s, 2, 0, DecodeStep::kDecode, {-1, 32}});
+  ASSERT_TRUE(small.ok() && large.ok());
+  EXPECT_EQ(small->split_kv.max_splits, 1);  // 16 SMs * 1 / 16 work items
+  EXPECT_EQ(large->split_kv.max_splits, 2);
 }
 
 }  // namespace
