@@ -141,10 +141,6 @@ struct DecodeVariant {
   // Padded slots (kv_length 0) are never read or written.
   Status (*run)(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                 DecodeWorkspace workspace, const DecodeRunContext& context);
-
-  // Transitional (see LaunchAppendAndDecode below): the workspace of a plan for `capacity` on
-  // the current device, 0 when that plan fails.
-  std::size_t workspace_bytes(const ModelShape& shape, int capacity) const;
 };
 
 // Every path, simplest first. The last is the production default.
@@ -153,12 +149,5 @@ std::span<const DecodeVariant> DecodeVariants();
 StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name);
 // The production choice.
 const DecodeVariant& DefaultDecodeVariant();
-
-// ---- Transitional, until the CUDA executor plans once per (path, bucket) --------------------
-// The executor's registry still sizes and launches per call: these plan on the current device
-// on every call (the re-planning this table removes). Gone with the executor's switch.
-Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
-                             const DecodeBatchView& batch, const KvPoolView& pools,
-                             DecodeWorkspace workspace, cudaStream_t stream);
 
 }  // namespace attnrt::kernels

@@ -213,26 +213,4 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
   return Status::Ok();
 }
 
-namespace {
-
-StatusOr<DecodePlan> TransitionalPlan(const DecodeVariant& variant, const ModelShape& shape,
-                                      int capacity) {
-  ATTNRT_ASSIGN_OR_RETURN(const DecodeDevice device, CurrentDecodeDevice());
-  return variant.plan({shape, capacity, 0, DecodeStep::kAppendAndDecode, device});
-}
-
-}  // namespace
-
-std::size_t DecodeVariant::workspace_bytes(const ModelShape& shape, int capacity) const {
-  const StatusOr<DecodePlan> plan = TransitionalPlan(*this, shape, capacity);
-  return plan.ok() ? plan->workspace_bytes : 0;
-}
-
-Status LaunchAppendAndDecode(const DecodeVariant& variant, const ModelShape& shape,
-                             const DecodeBatchView& batch, const KvPoolView& pools,
-                             DecodeWorkspace workspace, cudaStream_t stream) {
-  ATTNRT_ASSIGN_OR_RETURN(const DecodePlan plan, TransitionalPlan(variant, shape, batch.capacity));
-  return variant.run(plan, batch, pools, workspace, {stream, nullptr});
-}
-
 }  // namespace attnrt::kernels

@@ -91,16 +91,16 @@ struct SlotLayout {
   }
 };
 
-// A decode path as the executor runs it: a decode variant, or the GEMM path at one Tpad.
+static_assert(kGemmPathName == kernels::kGemmVariantName, "the executor's name of the GEMM path");
+
+// A decode path as the executor runs it: an entry of the kernels' variant table at one of its
+// kv-length buckets (the GEMM path has one per Tpad), planned once per batch bucket; each plan's
+// runs (append + decode) are what that bucket's graphs capture.
 struct DecodePath {
+  const kernels::DecodeVariant* variant = nullptr;
   std::string name;        // "split_kv", "gemm/t256"
-  std::string family;      // what SelectPath takes: the variant name, or "gemm"
-  int max_kv_length = 0;   // longest length it runs; 0 = any (up to max_context)
-  std::function<std::size_t(int capacity)> workspace_bytes;
-  // Appends each live slot's new K/V into the pools, then runs decode attention.
-  std::function<Status(const kernels::DecodeBatchView&, const kernels::KvPoolView&,
-                       kernels::DecodeWorkspace, cudaStream_t)>
-      append_and_decode;
+  int max_kv_length = 0;   // longest length its plans run
+  std::vector<kernels::DecodePlan> plans;  // [bucket]
 };
 
 // Which optional nodes a piece needs.
@@ -193,7 +193,7 @@ struct CudaExecutor::Impl {
   int max_blocks = 0;
 
   Stream stream;
-  CublasHandle cublas;  // GEMM path only
+  CublasHandle cublas;  // for plans that use cuBLAS (the GEMM path) only
   std::vector<Slot> slots;
   DeviceBuffer workspace;
   std::unique_ptr<kvcache::KvCache> cache;
@@ -235,7 +235,7 @@ struct CudaExecutor::Impl {
   }
 
   Status Init();
-  Status AddPaths(const std::string& name);
+  Status AddPaths(const std::string& name, const kernels::DecodeDevice& device);
   Status Select(int family);
   StatusOr<int> ChoosePath(int bucket, int max_kv_length) const;
   kernels::DecodeBatchView ViewFor(int bucket, int slot) const;
@@ -288,59 +288,43 @@ Status CheckDevicePointers(const MappedStagingMemory& staging, const BatchReques
 
 }  // namespace
 
-Status CudaExecutor::Impl::AddPaths(const std::string& name) {
-  const ModelShape shape = options.shape;
-  if (name == kGemmPathName) {
-    if (cublas.get() == nullptr) {
-      ATTNRT_ASSIGN_OR_RETURN(cublas, CublasHandle::Create(stream.get(), nullptr, 0));
-    }
-    // One path per Tpad bucket; RunGemmPath binds the stream and its workspace slice
-    // (cublasSetWorkspace) on every call, so the captured cuBLAS calls never allocate.
-    for (int t_pad : kernels::GemmPathTpadBuckets(shape)) {
-      ATTNRT_RETURN_IF_ERROR(kernels::PlanGemmPath(shape, 1, t_pad).status());
-      DecodePath p;
-      p.name = std::string(kGemmPathName) + "/t" + std::to_string(t_pad);
-      p.family = std::string(kGemmPathName);
-      p.max_kv_length = t_pad;
-      p.workspace_bytes = [shape, t_pad](int capacity) -> std::size_t {
-        StatusOr<kernels::GemmPathPlan> plan = kernels::PlanGemmPath(shape, capacity, t_pad);
-        return plan.ok() ? plan->workspace_bytes : ~std::size_t{0};
-      };
-      cublasHandle_t handle = cublas.get();
-      p.append_and_decode = [shape, t_pad, handle](const kernels::DecodeBatchView& batch,
-                                                   const kernels::KvPoolView& pools,
-                                                   kernels::DecodeWorkspace ws, cudaStream_t st) {
-        ATTNRT_ASSIGN_OR_RETURN(const kernels::GemmPathPlan plan,
-                                kernels::PlanGemmPath(shape, batch.capacity, t_pad));
-        ATTNRT_RETURN_IF_ERROR(kernels::LaunchAppendKv(batch, pools, st));
-        return kernels::RunGemmPath(plan, shape, batch, pools, ws, handle, st);
-      };
-      paths.push_back(std::move(p));
-    }
-    return Status::Ok();
-  }
+// One path per kv-length bucket of the variant, each planned for every batch bucket on `device`.
+Status CudaExecutor::Impl::AddPaths(const std::string& name, const kernels::DecodeDevice& device) {
+  const ModelShape& shape = options.shape;
   ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeVariant* variant, kernels::FindDecodeVariant(name));
   ATTNRT_RETURN_IF_ERROR(variant->supports(shape));
-  DecodePath p;
-  p.name = std::string(variant->name);
-  p.family = p.name;
-  p.workspace_bytes = [variant, shape](int capacity) {
-    return variant->workspace_bytes(shape, capacity);
-  };
-  // split_kv fuses the append into the decode kernel (one graph node fewer).
-  p.append_and_decode = [variant, shape](const kernels::DecodeBatchView& batch,
-                                         const kernels::KvPoolView& pools,
-                                         kernels::DecodeWorkspace ws, cudaStream_t st) {
-    return kernels::LaunchAppendAndDecode(*variant, shape, batch, pools, ws, st);
-  };
-  paths.push_back(std::move(p));
+  const std::vector<int> kv_lengths = variant->kv_length_buckets(shape);
+  for (int kv_length : kv_lengths) {
+    DecodePath p;
+    p.variant = variant;
+    for (int capacity : options.buckets) {
+      StatusOr<kernels::DecodePlan> plan = variant->plan(
+          {shape, capacity, kv_length, kernels::DecodeStep::kAppendAndDecode, device});
+      if (!plan.ok()) {
+        return Status(plan.status().code(), "path " + name + " at bucket " +
+                                                std::to_string(capacity) + ": " +
+                                                plan.status().message());
+      }
+      p.plans.push_back(std::move(*plan));
+    }
+    p.max_kv_length = p.plans.front().max_kv_length;
+    p.name = kv_lengths.size() > 1 || p.max_kv_length != shape.max_context
+                 ? name + "/t" + std::to_string(p.max_kv_length)
+                 : name;
+    // The run binds the handle to the stream and to its plan's slice of the workspace
+    // (cublasSetWorkspace) on every call, so the captured cuBLAS calls never allocate.
+    if (p.plans.front().uses_cublas && cublas.get() == nullptr) {
+      ATTNRT_ASSIGN_OR_RETURN(cublas, CublasHandle::Create(stream.get(), nullptr, 0));
+    }
+    paths.push_back(std::move(p));
+  }
   return Status::Ok();
 }
 
 Status CudaExecutor::Impl::Select(int family) {
   active.clear();
   for (int i = 0; i < static_cast<int>(paths.size()); ++i) {
-    if (paths[i].family == families[family]) active.push_back(i);
+    if (paths[i].variant->name == families[family]) active.push_back(i);
   }
   std::sort(active.begin(), active.end(), [&](int a, int b) {
     return paths[a].max_kv_length < paths[b].max_kv_length;
@@ -353,11 +337,11 @@ Status CudaExecutor::Impl::Select(int family) {
 // longest sequence and whose workspace at this bucket was within budget.
 StatusOr<int> CudaExecutor::Impl::ChoosePath(int bucket, int max_kv_length) const {
   for (int p : active) {
-    if (paths[p].max_kv_length != 0 && paths[p].max_kv_length < max_kv_length) continue;
+    if (paths[p].max_kv_length < max_kv_length) continue;
     if (runnable[static_cast<std::size_t>(p) * num_buckets() + bucket]) return p;
     return ResourceExhaustedError(
         "path " + paths[p].name + " at bucket " + std::to_string(options.buckets[bucket]) +
-        " needs a workspace of " + std::to_string(paths[p].workspace_bytes(options.buckets[bucket])) +
+        " needs a workspace of " + std::to_string(paths[p].plans[bucket].workspace_bytes) +
         " bytes, over gemm_max_workspace_bytes " + std::to_string(options.gemm_max_workspace_bytes));
   }
   return InternalError("no path of " + families[active_family] + " runs kv_length " +
@@ -371,21 +355,23 @@ Status CudaExecutor::Impl::Init() {
   const SlotLayout& largest = layouts.back();
 
   ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
+  // Plans are made once, here, for this device: its SM count sizes the split-KV grids.
+  ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeDevice device, kernels::CurrentDecodeDevice());
   if (options.paths.empty()) options.paths = {std::string(kernels::DefaultDecodeVariant().name)};
   for (const std::string& name : options.paths) {
     if (std::find(families.begin(), families.end(), name) != families.end()) {
       return InvalidArgumentError("paths lists \"" + name + "\" twice");
     }
-    ATTNRT_RETURN_IF_ERROR(AddPaths(name));
+    ATTNRT_RETURN_IF_ERROR(AddPaths(name, device));
     families.push_back(name);
   }
   ATTNRT_RETURN_IF_ERROR(Select(0));
   runnable.assign(paths.size() * options.buckets.size(), 1);
   for (std::size_t p = 0; p < paths.size(); ++p) {
-    if (paths[p].family != kGemmPathName) continue;
+    if (paths[p].variant->name != kGemmPathName) continue;  // the budget is the GEMM path's
     for (int b = 0; b < num_buckets(); ++b) {
       runnable[p * num_buckets() + b] =
-          paths[p].workspace_bytes(options.buckets[b]) <= options.gemm_max_workspace_bytes;
+          paths[p].plans[b].workspace_bytes <= options.gemm_max_workspace_bytes;
     }
   }
 
@@ -410,9 +396,7 @@ Status CudaExecutor::Impl::Init() {
   std::size_t ws = 0;
   for (std::size_t p = 0; p < paths.size(); ++p) {
     for (int b = 0; b < num_buckets(); ++b) {
-      if (runnable[p * num_buckets() + b]) {
-        ws = std::max(ws, paths[p].workspace_bytes(options.buckets[b]));
-      }
+      if (runnable[p * num_buckets() + b]) ws = std::max(ws, paths[p].plans[b].workspace_bytes);
     }
   }
   ATTNRT_ASSIGN_OR_RETURN(workspace, DeviceBuffer::Create(ws));
@@ -464,7 +448,7 @@ Status CudaExecutor::Impl::Init() {
         BucketGraphReport report;
         report.bucket = options.buckets[b];
         report.path = paths[p].name;
-        report.workspace_bytes = paths[p].workspace_bytes(report.bucket);
+        report.workspace_bytes = paths[p].plans[b].workspace_bytes;
         std::size_t free_before = 0, free_after = 0, total = 0;
         ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_before, &total));
         const Clock::time_point t0 = Clock::now();
@@ -532,10 +516,11 @@ BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int slot) const {
   return a;
 }
 
+// The path's plan for this bucket, run on the slot's buffers: append, then decode attention.
 Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int slot) {
-  const kernels::DecodeBatchView view = ViewFor(bucket, slot);
-  kernels::DecodeWorkspace ws{workspace.data(), workspace.bytes()};
-  return paths[path].append_and_decode(view, pools, ws, stream.get());
+  const DecodePath& p = paths[path];
+  return p.variant->run(p.plans[bucket], ViewFor(bucket, slot), pools,
+                        {workspace.data(), workspace.bytes()}, {stream.get(), cublas.get()});
 }
 
 // The same work as one replay, launched op by op (eager mode and warm-up).
