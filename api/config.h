@@ -7,6 +7,10 @@
 
 namespace attnrt {
 
+// Names a sequence (its KV history over every layer) everywhere: the public API, the scheduler,
+// the executors and the KV cache.
+using SequenceId = std::uint64_t;
+
 // The attention shape of one model. H = G * Hkv (GQA group size G).
 struct ModelShape {
   int num_layers = 1;

@@ -50,22 +50,22 @@ class RuntimeImpl final : public Runtime {
   std::string device_description() const override { return description_; }
   const ModelShape& shape() const override { return executor_->shape(); }
 
-  Status CreateSequence(std::uint64_t id) override {
+  Status CreateSequence(SequenceId id) override {
     ATTNRT_RETURN_IF_ERROR(CheckOpen("CreateSequence"));
     return executor_->CreateSequence(id);
   }
-  Status ForkSequence(std::uint64_t parent, std::uint64_t child) override {
+  Status ForkSequence(SequenceId parent, SequenceId child) override {
     ATTNRT_RETURN_IF_ERROR(CheckOpen("ForkSequence"));
     return scheduler_->RunIfSequenceIdle(
         parent, "ForkSequence", [&] { return executor_->ForkSequence(parent, child); });
   }
-  Status FreeSequence(std::uint64_t id) override {
+  Status FreeSequence(SequenceId id) override {
     ATTNRT_RETURN_IF_ERROR(CheckOpen("FreeSequence"));
     return scheduler_->RunIfSequenceIdle(id, "FreeSequence",
                                          [&] { return executor_->FreeSequence(id); });
   }
 
-  Status Prefill(std::uint64_t id, int layer, int num_tokens, std::span<const Half> k,
+  Status Prefill(SequenceId id, int layer, int num_tokens, std::span<const Half> k,
                  std::span<const Half> v) override {
     ATTNRT_RETURN_IF_ERROR(CheckOpen("Prefill"));
     ATTNRT_RETURN_IF_ERROR(CheckLayer(layer));
@@ -84,7 +84,7 @@ class RuntimeImpl final : public Runtime {
     });
   }
 
-  StatusOr<int> SequenceLength(std::uint64_t id, int layer) const override {
+  StatusOr<int> SequenceLength(SequenceId id, int layer) const override {
     ATTNRT_RETURN_IF_ERROR(CheckOpen("SequenceLength"));
     ATTNRT_RETURN_IF_ERROR(CheckLayer(layer));
     return executor_->SequenceLength(id, layer);

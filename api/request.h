@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "api/config.h"
 #include "api/half.h"
 #include "api/status.h"
 
@@ -21,7 +22,7 @@ struct HandleAccess;
 
 // One decode step of one (sequence, layer): the new token's query, key and value.
 struct DecodeRequest {
-  std::uint64_t sequence_id = 0;
+  SequenceId sequence_id = 0;
   int layer = 0;
   // 0 is the highest level; [0, num_priority_levels) of the runtime options.
   int priority = 0;

@@ -85,14 +85,14 @@ class Runtime {
   // A decode that fails after its batch was formed (a device error) has taken its token, whose
   // K/V is then undefined: later decodes and prefills of that (sequence, layer) fail with
   // FailedPrecondition saying so until the sequence is freed.
-  virtual Status CreateSequence(std::uint64_t id) = 0;
-  virtual Status ForkSequence(std::uint64_t parent, std::uint64_t child) = 0;
-  virtual Status FreeSequence(std::uint64_t id) = 0;
+  virtual Status CreateSequence(SequenceId id) = 0;
+  virtual Status ForkSequence(SequenceId parent, SequenceId child) = 0;
+  virtual Status FreeSequence(SequenceId id) = 0;
   // Writes a prompt's K and V ([num_tokens][Hkv][D] each) for one layer.
-  virtual Status Prefill(std::uint64_t id, int layer, int num_tokens, std::span<const Half> k,
+  virtual Status Prefill(SequenceId id, int layer, int num_tokens, std::span<const Half> k,
                          std::span<const Half> v) = 0;
   // Tokens stored for (sequence, layer); InvalidArgument naming a layer out of range.
-  virtual StatusOr<int> SequenceLength(std::uint64_t id, int layer) const = 0;
+  virtual StatusOr<int> SequenceLength(SequenceId id, int layer) const = 0;
   virtual KvCacheUsage kv_cache_usage() const = 0;
 
   // Submits one decode request (see api/request.h). q, k, v are copied before Submit returns. A

@@ -19,8 +19,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "api/config.h"
@@ -29,7 +31,7 @@
 
 namespace attnrt::kvcache {
 
-using SequenceId = std::uint64_t;
+using attnrt::SequenceId;
 using BlockId = std::int32_t;
 
 // Fixed pool of block ids with O(1) allocate/free and reference counts.
@@ -51,9 +53,14 @@ class BlockAllocator {
   // Host bytes of the reference counts and the free list.
   std::size_t MetadataBytes() const;
 
+  // Test-only: while set, Allocate asks `fail` first and answers ResourceExhausted when it
+  // returns true, as a full pool would (runtime/fault_injection.h). Empty clears it.
+  void SetFailureHookForTesting(std::function<bool()> fail) { fail_hook_ = std::move(fail); }
+
  private:
   std::vector<int> ref_counts_;
   std::vector<BlockId> free_list_;  // stack
+  std::function<bool()> fail_hook_;
 };
 
 // A whole-block copy (every layer, K and V) that a copy-on-write needs before the next write.

@@ -16,7 +16,7 @@
 
 namespace attnrt::runtime {
 
-using SequenceId = std::uint64_t;
+using attnrt::SequenceId;
 
 // Where a request's q/k/v/out buffers live.
 enum class MemoryKind {

@@ -296,7 +296,7 @@ class Scheduler::Impl final : public ClockListener {
   const SchedulerOptions& options() const { return options_; }
 
   template <typename Fn>
-  Status RunIfSequenceIdle(std::uint64_t id, const char* call, Fn&& fn) {
+  Status RunIfSequenceIdle(SequenceId id, const char* call, Fn&& fn) {
     return activity_.RunIfIdle(id, call, std::forward<Fn>(fn));
   }
 
@@ -945,7 +945,7 @@ std::string Scheduler::PrometheusText() const {
   return scheduler::PrometheusText(impl_->Metrics());
 }
 const SchedulerOptions& Scheduler::options() const { return impl_->options(); }
-Status Scheduler::RunIfSequenceIdle(std::uint64_t id, const char* call,
+Status Scheduler::RunIfSequenceIdle(SequenceId id, const char* call,
                                     const std::function<Status()>& fn) {
   return impl_->RunIfSequenceIdle(id, call, fn);
 }

@@ -147,7 +147,7 @@ class Scheduler {
   // A Submit racing the call may land before or after it. The facade runs the calls that change a
   // sequence's cache through it, so they never race that sequence's decodes. A request counts
   // as completed just before its future or callback sees the result.
-  Status RunIfSequenceIdle(std::uint64_t id, const char* call, const std::function<Status()>& fn);
+  Status RunIfSequenceIdle(SequenceId id, const char* call, const std::function<Status()>& fn);
 
   MetricsSnapshot Metrics() const;
   std::string PrometheusText() const;

@@ -12,19 +12,20 @@
 #include <unordered_map>
 #include <utility>
 
+#include "api/config.h"
 #include "api/status.h"
 
 namespace attnrt::scheduler::internal {
 
 class SequenceActivity {
  public:
-  void Add(std::uint64_t id) {
+  void Add(SequenceId id) {
     Shard& s = ShardOf(id);
     std::lock_guard<std::mutex> lock(s.mu);
     ++s.outstanding[id];
   }
 
-  void Remove(std::uint64_t id) {
+  void Remove(SequenceId id) {
     Shard& s = ShardOf(id);
     std::lock_guard<std::mutex> lock(s.mu);
     auto it = s.outstanding.find(id);
@@ -36,7 +37,7 @@ class SequenceActivity {
   // completion path calls Remove. A Submit racing the call lands on either side of it (the
   // executor keeps that safe; see runtime/executor.h).
   template <typename Fn>
-  Status RunIfIdle(std::uint64_t id, const char* call, Fn&& fn) {
+  Status RunIfIdle(SequenceId id, const char* call, Fn&& fn) {
     {
       Shard& s = ShardOf(id);
       std::lock_guard<std::mutex> lock(s.mu);
@@ -55,9 +56,9 @@ class SequenceActivity {
   static constexpr int kShards = 64;
   struct alignas(64) Shard {
     std::mutex mu;
-    std::unordered_map<std::uint64_t, int> outstanding;  // GUARDED_BY(mu)
+    std::unordered_map<SequenceId, int> outstanding;  // GUARDED_BY(mu)
   };
-  Shard& ShardOf(std::uint64_t id) {
+  Shard& ShardOf(SequenceId id) {
     return shards_[(id * 0x9E3779B97F4A7C15ull) >> 58];  // top 6 bits: 64 shards
   }
   std::array<Shard, kShards> shards_;
