@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "api/runtime.h"
@@ -73,7 +75,7 @@ class FlagSet {
                         return std::string();
                       }});
   }
-  // Comma-separated numbers, each >= 0.
+  // Comma-separated numbers, each >= 0 (and, for an integer T, below 2^digits: it must fit T).
   template <typename T>
   void List(const char* name, std::vector<T>* dst, const char* help) {
     std::string def;
@@ -88,6 +90,13 @@ class FlagSet {
       while (std::getline(ss, item, ',')) {
         double x;
         if (!ParseNumber(item, &x) || x < 0) return std::string("expected numbers >= 0, comma-separated");
+        if constexpr (std::is_integral_v<T>) {
+          // Casting a double at or past 2^digits to T is undefined behaviour, not a wrap.
+          if (x >= std::ldexp(1.0, std::numeric_limits<T>::digits)) {
+            return "expected numbers in [0, " + std::to_string(std::numeric_limits<T>::max()) +
+                   "], comma-separated";
+          }
+        }
         out.push_back(static_cast<T>(x));
       }
       if (out.empty()) return std::string("expected at least one number");
