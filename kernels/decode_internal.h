@@ -72,6 +72,7 @@ Status DispatchHeadDim(int head_dim, Fn&& fn) {
 }
 
 // ---- variant "simple": one CTA per (slot, q head), online softmax, no workspace -----------
+inline constexpr std::string_view kSimpleVariantName = "simple";
 Status SimpleSupports(const ModelShape& shape);
 StatusOr<DecodePlan> PlanSimple(const DecodePlanRequest& request);
 Status RunSimple(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,

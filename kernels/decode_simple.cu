@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Paged
     StoreHalves(reinterpret_cast<__half*>(p.out) + q_row + d, s.acc,
                 Normalizer<Normalize::kDivide>(s.l));
   }
-  if (p.lse != nullptr && threadIdx.x == 0) {
+  if (p.lse != nullptr && threadIdx.x == 0) {  // the row's (m, l), merged the same way once more
     const AttentionState<float> s =
         MergeAttentionStates<float>(kSimpleWarps, m_of, l_of, [](int) { return 0.0f; });
     p.lse[static_cast<std::int64_t>(slot) * p.num_q_heads + h] =
@@ -90,10 +90,12 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Paged
 
 }  // namespace
 
-Status SimpleSupports(const ModelShape& shape) { return CheckKernelShape(shape, "simple"); }
+Status SimpleSupports(const ModelShape& shape) {
+  return CheckKernelShape(shape, kSimpleVariantName);
+}
 
 StatusOr<DecodePlan> PlanSimple(const DecodePlanRequest& request) {
-  ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, StartPlan(request, "simple", SimpleSupports));
+  ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, StartPlan(request, kSimpleVariantName, SimpleSupports));
   ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(plan.shape.head_dim, [&](auto head_dim) {
     plan.decode.fn = reinterpret_cast<const void*>(SimpleDecodeKernel<decltype(head_dim)::value>);
   }));
@@ -104,7 +106,7 @@ StatusOr<DecodePlan> PlanSimple(const DecodePlanRequest& request) {
 
 Status RunSimple(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                  DecodeWorkspace workspace, const DecodeRunContext& context) {
-  ATTNRT_RETURN_IF_ERROR(StartRun(plan, "simple", batch, pools, workspace, context));
+  ATTNRT_RETURN_IF_ERROR(StartRun(plan, kSimpleVariantName, batch, pools, workspace, context));
   PagedDecodeParams p = MakePagedDecodeParams(plan.shape, batch, pools);
   void* args[] = {&p};
   ATTNRT_CUDA_RETURN(cudaLaunchKernel(plan.decode.fn, plan.decode.grid, dim3(plan.decode.threads),

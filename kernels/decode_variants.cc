@@ -17,7 +17,7 @@ constexpr SplitKvFamily kSimt = SplitKvFamily::kSimt;
 constexpr SplitKvFamily kTensorCore = SplitKvFamily::kTensorCore;
 
 constexpr std::array<DecodeVariant, 4> kVariants = {{
-    {"simple", SimpleSupports, MaxContextBucket, PlanSimple, RunSimple},
+    {kSimpleVariantName, SimpleSupports, MaxContextBucket, PlanSimple, RunSimple},
     {kGemmVariantName, GemmSupports, GemmKvLengthBuckets, PlanGemm, RunGemm},
     {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, MaxContextBucket, PlanSplitKvTuned<kSimt>,
      RunSplitKv<kSimt>},
