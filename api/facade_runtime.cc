@@ -205,11 +205,11 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   }
   // Checked on every device, so a misspelt path fails the same way with or without a GPU (the
   // CPU executor always runs the reference).
-  if (!options.decode_variant.empty() && options.decode_variant != runtime::kGemmPathName) {
+  if (!options.decode_variant.empty()) {
     auto variant = kernels::FindDecodeVariant(options.decode_variant);
     if (!variant.ok()) {
       return InvalidArgumentError("RuntimeOptions.decode_variant = '" + options.decode_variant +
-                                  "': " + variant.status().message() + " (or \"gemm\")");
+                                  "': " + variant.status().message());
     }
   }
   const bool use_cuda = options.device == DeviceKind::kCuda ||
