@@ -24,6 +24,11 @@ BlockAllocator::BlockAllocator(std::int32_t num_blocks) {
 }
 
 StatusOr<BlockId> BlockAllocator::Allocate() {
+  if (fail_hook_ && fail_hook_()) {
+    return ResourceExhaustedError("no free KV block: allocation failed by injection (" +
+                                  std::to_string(num_free()) + " of " +
+                                  std::to_string(num_blocks()) + " blocks free)");
+  }
   if (free_list_.empty()) {
     return ResourceExhaustedError("no free KV block: all " + std::to_string(num_blocks()) +
                                   " blocks are in use");

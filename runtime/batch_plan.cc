@@ -81,6 +81,7 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
   plan->live.clear();
   plan->copies.clear();
   plan->any_host = plan->any_device = false;
+  plan->copies_applied = true;
   seen_.clear();
 
   for (int i = 0; i < n; ++i) {
@@ -133,12 +134,14 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
                                     "for the next batch");
       continue;
     }
+    const std::size_t copies_before = plan->copies.size();
     StatusOr<kvcache::TokenSlot> slot = table_->AppendToken(r.sequence_id, r.layer, &plan->copies);
     if (!slot.ok()) {
       status = WithPrefix(slot.status(), i);
       continue;
     }
-    plan->live.push_back(PlannedRequest{i, slot->position + 1});
+    plan->live.push_back(
+        PlannedRequest{i, slot->position + 1, plan->copies.size() > copies_before});
     (r.memory == MemoryKind::kHost ? plan->any_host : plan->any_device) = true;
   }
 }
@@ -173,6 +176,22 @@ Status BatchPlanner::LostTokenStatus(SequenceId id, int layer) const {
 void BatchPlanner::MarkTokenLost(SequenceId id, int layer, int position, const Status& cause) {
   std::lock_guard<std::mutex> lock(table_mu_);
   if (!table_->Contains(id)) return;  // freed meanwhile: nothing left to protect
+  RecordLost(id, layer, position, cause);
+}
+
+void BatchPlanner::MarkBlockLost(SequenceId id, int position, const Status& cause) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  if (!table_->Contains(id)) return;
+  const int block_start = position / table_->shape().block_size * table_->shape().block_size;
+  // A layer whose length (now: later batches may have grown it) reaches into the block had
+  // tokens there that the missing copy should have brought.
+  for (int layer = 0; layer < table_->shape().num_layers; ++layer) {
+    StatusOr<int> length = table_->Length(id, layer);
+    if (length.ok() && *length > block_start) RecordLost(id, layer, block_start, cause);
+  }
+}
+
+void BatchPlanner::RecordLost(SequenceId id, int layer, int position, const Status& cause) {
   auto [it, inserted] = lost_.try_emplace({id, layer}, LostToken{position, cause});
   if (inserted) {
     lost_count_.fetch_add(1, std::memory_order_relaxed);
@@ -202,7 +221,9 @@ void BatchPlanner::Settle(const Batch& batch, BatchPlan* plan) {
   for (const PlannedRequest& p : plan->live) {
     const BatchRequest& r = batch.requests[p.index];
     Status& status = plan->statuses[p.index];
-    if (!status.ok()) {
+    if (!status.ok() && p.copied && !plan->copies_applied) {
+      MarkBlockLost(r.sequence_id, p.kv_length - 1, status);
+    } else if (!status.ok()) {
       MarkTokenLost(r.sequence_id, r.layer, p.kv_length - 1, status);
     } else {
       status = CheckTokensIntact(r.sequence_id, r.layer, p.kv_length);

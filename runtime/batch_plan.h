@@ -25,6 +25,7 @@ class BatchPlanner;
 struct PlannedRequest {
   int index = 0;      // position in Batch::requests
   int kv_length = 0;  // tokens attended, the new one included (position + 1)
+  bool copied = false;  // its token's block is copied on write by this batch (plan.copies)
 };
 
 struct BatchPlan {
@@ -33,6 +34,9 @@ struct BatchPlan {
   std::vector<kvcache::BlockCopy> copies;   // to apply before this batch's append, in order
   bool any_host = false;                    // some live request uses MemoryKind::kHost
   bool any_device = false;                  // some live request uses MemoryKind::kDevice
+  // The executor clears it when the batch failed before every copy was applied: Settle then
+  // counts the copied blocks' earlier tokens as lost too, on every layer.
+  bool copies_applied = true;
 };
 
 // Empty batches and batches over `max_batch_size` are malformed (InvalidArgument naming the
@@ -105,8 +109,10 @@ class BatchPlanner {
   }
 
   // After a batch ran, before its done callback: each live request that failed lost its token
-  // (marked); each that succeeded but attended over a token lost earlier fails with that
-  // FailedPrecondition instead. Call in completion order.
+  // (marked) — and, when its block was copied on write but plan->copies_applied is false, the
+  // whole block on every layer (the new block never received the shared one's tokens); each
+  // that succeeded but attended over a token lost earlier fails with that FailedPrecondition
+  // instead. Call in completion order.
   void Settle(const Batch& batch, BatchPlan* plan);
   // Create, free and fork under the table lock, keeping the lost-token marks and the directory
   // of live ids in step.
@@ -135,6 +141,10 @@ class BatchPlanner {
   // The Status a request or prefill of (id, layer) gets, or OK. Requires table_mu_.
   Status LostTokenStatus(SequenceId id, int layer) const;
   void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause);
+  // Every layer of `id` holding a token in the block of `position` lost it from the block's start.
+  void MarkBlockLost(SequenceId id, int position, const Status& cause);
+  // Records a loss at `position` unless an earlier one is recorded. Requires table_mu_.
+  void RecordLost(SequenceId id, int layer, int position, const Status& cause);
   Status CheckTokensIntact(SequenceId id, int layer, int kv_length) const;
 
   // Live ids, sharded so that the scheduler's per-request existence check never waits for a

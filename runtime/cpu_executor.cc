@@ -34,8 +34,12 @@ StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const CpuExecutorOpti
 CpuExecutor::CpuExecutor(const CpuExecutorOptions& options,
                          std::unique_ptr<kvcache::KvCache> cache)
     : options_(options),
+      faults_(options.faults != nullptr ? options.faults : FaultInjectionForNewExecutor()),
       cache_(std::move(cache)),
       planner_(&cache_->sequences(), /*allow_device_memory=*/false, nullptr) {
+  // Allocate runs under the planner's table lock; the point itself is thread-safe.
+  cache_->allocator().SetFailureHookForTesting(
+      [faults = faults_] { return faults->block_allocation.Hit(); });
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -99,9 +103,15 @@ void CpuExecutor::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    Status run = Run(*job);
-    if (run.ok() && inject_failures_.load() > 0 && inject_failures_.fetch_sub(1) > 0) {
-      run = InternalError("injected batch failure (InjectBatchFailuresForTesting)");
+    Status run;
+    if (!job->plan.live.empty() && faults_->launch.Hit()) {
+      run = InternalError("injected launch failure (FaultInjection::launch)");
+      job->plan.copies_applied = job->plan.copies.empty();
+    } else {
+      run = Run(*job);
+    }
+    if (run.ok() && faults_->batch.Hit()) {
+      run = InternalError("injected batch failure (FaultInjection::batch)");
     }
     if (!run.ok()) {
       for (const PlannedRequest& p : job->plan.live) {
@@ -140,8 +150,15 @@ Status CpuExecutor::Run(Job& job) {
   // Copy-on-write first, in batch order. PoolMemory directly (not KvCache::ApplyCopies): this
   // thread must not read the allocator, which the submitting thread keeps changing.
   if (!job.plan.copies.empty()) {
-    ATTNRT_RETURN_IF_ERROR(cache_->pools().CopyBlocks(job.plan.copies, pools.block_stride(),
-                                                      pools.layer_stride(), shape.num_layers));
+    Status copied =
+        faults_->copy.Hit()
+            ? InternalError("injected copy-on-write copy failure (FaultInjection::copy)")
+            : cache_->pools().CopyBlocks(job.plan.copies, pools.block_stride(),
+                                         pools.layer_stride(), shape.num_layers);
+    if (!copied.ok()) {
+      job.plan.copies_applied = false;  // none or some applied: Settle assumes none
+      return copied;
+    }
   }
 
   std::vector<Half> q(n * q_row), k(n * kv_row), v(n * kv_row), out(n * q_row);

@@ -16,6 +16,7 @@
 #include "kvcache/kvcache.h"
 #include "runtime/batch_plan.h"
 #include "runtime/executor.h"
+#include "runtime/fault_injection.h"
 
 namespace attnrt::runtime {
 
@@ -26,6 +27,9 @@ struct CpuExecutorOptions {
   int max_batch_size = 1024;
   int max_in_flight = 2;              // batches queued or running before Submit blocks (>= 1)
   bool float64_reference = false;     // FP64 accumulation in the reference (slower)
+  // Test-only fault points (runtime/fault_injection.h); null: the executor's own (or the one a
+  // ScopedFaultInjectionForTesting installed), reachable through faults().
+  std::shared_ptr<FaultInjection> faults;
 };
 
 // Thread safety: as Executor. Batches run in submission order on one worker thread, which also
@@ -55,9 +59,11 @@ class CpuExecutor final : public Executor {
 
   ExecutorStats stats() const override;
 
+  // Test-only fault points: block allocation, copy-on-write copy, launch, whole batch.
+  FaultInjection& faults() { return *faults_; }
   // The next `count` batches fail as a whole after running (their tokens are lost), as a device
-  // error would; for tests of that path.
-  void InjectBatchFailuresForTesting(int count) { inject_failures_.store(count); }
+  // error would; for tests of that path. Same as faults().batch.Arm(count).
+  void InjectBatchFailuresForTesting(int count) { faults_->batch.Arm(count); }
 
   // The cache (tests read tokens back through it). Not concurrent with running batches.
   kvcache::KvCache& cache() { return *cache_; }
@@ -77,9 +83,9 @@ class CpuExecutor final : public Executor {
   Status Run(Job& job);
 
   const CpuExecutorOptions options_;
+  const std::shared_ptr<FaultInjection> faults_;  // never null
   const std::unique_ptr<kvcache::KvCache> cache_;
   BatchPlanner planner_;
-  std::atomic<int> inject_failures_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
