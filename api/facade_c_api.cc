@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "api/runtime.h"
 
@@ -89,13 +90,16 @@ attnrt_code attnrt_create(const attnrt_options* o, attnrt_runtime** runtime, cha
   ro.shape.block_size = o->block_size;
   ro.shape.max_context = o->max_context;
   ro.shape.softmax_scale = o->softmax_scale;
-  switch (o->device) {
+  // A C caller may store any int in the enum; in C++ loading a value outside the enumerators'
+  // range through the enum type is undefined, so the field is read as its underlying integer.
+  std::underlying_type_t<attnrt_device> device;
+  std::memcpy(&device, &o->device, sizeof(device));
+  switch (device) {
     case ATTNRT_DEVICE_AUTO: ro.device = attnrt::DeviceKind::kAuto; break;
     case ATTNRT_DEVICE_CUDA: ro.device = attnrt::DeviceKind::kCuda; break;
     case ATTNRT_DEVICE_CPU: ro.device = attnrt::DeviceKind::kCpu; break;
     default:
-      return Report(attnrt::InvalidArgumentError("options.device = " +
-                                                 std::to_string(static_cast<int>(o->device)) +
+      return Report(attnrt::InvalidArgumentError("options.device = " + std::to_string(device) +
                                                  ", expected 0 (auto), 1 (cuda) or 2 (cpu)"),
                     error, error_len);
   }
