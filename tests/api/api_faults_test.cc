@@ -20,6 +20,7 @@
 #include "api/runtime.h"
 #include "runtime/fault_injection.h"
 #include "tests/support/dense_attention.h"
+#include "tests/support/moodycamel_tsan.h"  // the scheduler's queue under TSan
 #include "tests/support/random_fp16.h"
 
 namespace attnrt {
