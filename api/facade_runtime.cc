@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "api/runtime.h"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"

@@ -27,7 +27,7 @@
 
 #include "api/runtime.h"
 #include "bench/open_loop.h"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "runtime/cuda_executor.h"
 #include "tests/support/random_fp16.h"
 

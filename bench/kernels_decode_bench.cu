@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bench/gpu_bench_util.h"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "tests/support/device_paged_batch.h"
 #include "tests/support/random_fp16.h"

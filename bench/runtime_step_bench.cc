@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
-#include "runtime/batch_io_kernels.h"
+#include "kernels/batch_io.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/cuda_resources.h"
 #include "tests/support/random_fp16.h"
@@ -279,7 +279,7 @@ void BM_RawGraph(benchmark::State& state, std::size_t h2d_bytes, int kernels, in
     return;
   }
   cudaMemset(dev->data(), 0, dev->bytes());
-  BatchIoArgs io;  // one padding slot: the kernel reads kv_lengths[0] == 0 and exits
+  kernels::BatchIoArgs io;  // one padding slot: the kernel reads kv_lengths[0] == 0 and exits
   io.capacity = 1;
   io.kv_lengths = dev->as<std::int32_t>(dev->bytes() - 64);
   cudaGraph_t g = graph->get();
@@ -294,7 +294,7 @@ void BM_RawGraph(benchmark::State& state, std::size_t h2d_bytes, int kernels, in
   std::vector<cudaGraphNode_t> off;
   for (int i = 0; i < kernels + disabled; ++i) {
     cudaGraphNode_t node = nullptr;
-    add(AddGatherNode(g, last ? &last : nullptr, last ? 1 : 0, io, &node));
+    add(kernels::AddGatherNode(g, last ? &last : nullptr, last ? 1 : 0, io, &node));
     last = node;
     if (i >= kernels) off.push_back(node);
   }
@@ -312,7 +312,7 @@ void BM_RawGraph(benchmark::State& state, std::size_t h2d_bytes, int kernels, in
         cudaMemcpyAsync(dev->data(), host_in->data(), h2d_bytes, cudaMemcpyHostToDevice,
                         stream->get());
       }
-      for (int i = 0; i < kernels; ++i) add(LaunchGather(io, stream->get()));
+      for (int i = 0; i < kernels; ++i) add(kernels::LaunchGather(io, stream->get()));
       if (d2h_bytes > 0) {
         cudaMemcpyAsync(host_out->data(), dev->data(), d2h_bytes, cudaMemcpyDeviceToHost,
                         stream->get());

@@ -23,7 +23,7 @@
 
 #include "bench/open_loop.h"
 #include "examples/flags.h"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cuda_executor.h"

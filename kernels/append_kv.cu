@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"

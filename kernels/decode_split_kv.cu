@@ -14,7 +14,7 @@
 #include <string>
 
 #include "kernels/attention_merge.cuh"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
 #include "kernels/gemm_path.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/gemm_baselines.h"
 #include "kernels/gemm_stages.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernels/attention_merge.cuh"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode_internal.h"
 #include "kernels/gemm_path.h"
 #include "kernels/gemm_stages.h"

@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kvcache/kvcache.h"
 
 namespace attnrt::kvcache {

@@ -24,12 +24,13 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_path.h"
 #include "kvcache/kvcache.h"
-#include "runtime/batch_io_kernels.h"
+#include "kernels/batch_io.h"
 #include "runtime/address_ranges.h"
 #include "runtime/batch_plan.h"
 #include "runtime/copy_pool.h"
@@ -39,6 +40,12 @@ namespace attnrt::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using kernels::AddGatherNode;
+using kernels::AddScatterNode;
+using kernels::BatchIoArgs;
+using kernels::LaunchGather;
+using kernels::LaunchInvalidForTesting;
+using kernels::LaunchScatter;
 
 double MicrosSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -92,6 +99,7 @@ struct SlotLayout {
 };
 
 static_assert(kGemmPathName == kernels::kGemmVariantName, "the executor's name of the GEMM path");
+static_assert(std::is_same_v<DeviceEvent, cudaEvent_t>, "executor.h's DeviceEvent is cudaEvent_t");
 
 // A decode path as the executor runs it: an entry of the kernels' variant table at one of its
 // kv-length buckets (the GEMM path has one per Tpad), planned once per batch bucket; each plan's
@@ -753,15 +761,17 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
     if (s.ok()) s = cache->ApplyCopies(plan.copies);
     if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
     if (!s.ok()) {
+      // Nothing of this batch runs; its requests have taken their tokens and the copies'
+      // destinations hold undefined K/V, which Settle marks lost (plan.live stays for it).
       for (const PlannedRequest& p : plan.live) plan.statuses[p.index] = s;
-      plan.live.clear();
+      plan.copies_applied = false;
     }
   }
   const double plan_us = MicrosSince(t_plan);
   state->batch = std::move(batch);
   state->done = std::move(done);
 
-  const int n = static_cast<int>(plan.live.size());
+  const int n = plan.copies_applied ? static_cast<int>(plan.live.size()) : 0;  // to launch
   const int largest = options.buckets.back();
   const int num_pieces = std::max(1, (n + largest - 1) / largest);
   state->pieces_left = num_pieces;
@@ -772,7 +782,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
   Status wait_status;
   if (n > 0 && state->batch.ready_event != nullptr) {
     wait_status = CudaStatus(
-        cudaStreamWaitEvent(stream.get(), static_cast<cudaEvent_t>(state->batch.ready_event), 0),
+        cudaStreamWaitEvent(stream.get(), state->batch.ready_event, 0),
         "cudaStreamWaitEvent(ready_event)", __FILE__, __LINE__);
   }
   for (int i = 0; i < num_pieces; ++i) {

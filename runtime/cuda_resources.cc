@@ -1,7 +1,7 @@
 // Factories and releases of the CUDA RAII owners (cuda_resources.h).
 #include "runtime/cuda_resources.h"
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 
 namespace attnrt::runtime {
 namespace detail {

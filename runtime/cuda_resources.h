@@ -1,6 +1,6 @@
 // Move-only RAII owners of CUDA resources: device and pinned buffers, streams, events, graphs,
 // instantiated graphs and cuBLAS handles. Each is made by a factory returning StatusOr (errors
-// through kernels/cuda_check.h); destructors release without throwing and ignore errors (a
+// through api/internal/cuda_check.h); destructors release without throwing and ignore errors (a
 // destructor has nobody to report to, and a sticky device error must not abort teardown).
 // Internal header of runtime/ (includes CUDA headers; never included from api/ or executor.h).
 #pragma once

@@ -14,6 +14,9 @@
 #include "api/half.h"
 #include "api/status.h"
 
+// The CUDA runtime's event type (cudaEvent_t is CUevent_st*), declared, not included.
+struct CUevent_st;
+
 namespace attnrt::runtime {
 
 using attnrt::SequenceId;
@@ -52,11 +55,14 @@ struct BatchRequest {
   float* lse = nullptr;     // [H] optional
 };
 
+// A CUDA event with its own type (what cudaEvent_t names), while this interface stays free of
+// CUDA headers.
+using DeviceEvent = ::CUevent_st*;
+
 struct Batch {
   std::vector<BatchRequest> requests;
-  // kDevice mode only: a cudaEvent_t (as an opaque pointer) the batch waits on before reading
-  // q/k/v; null means no wait.
-  void* ready_event = nullptr;
+  // kDevice mode only: an event the batch waits on before reading q/k/v; null means no wait.
+  DeviceEvent ready_event = nullptr;
 };
 
 // Called exactly once per submitted batch, on an executor-owned thread (never the submitter's),

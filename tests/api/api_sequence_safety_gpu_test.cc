@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "api/runtime.h"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
 

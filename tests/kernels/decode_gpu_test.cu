@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
 #include "tests/support/device_paged_batch.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "api/config.h"
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_baselines.h"
 #include "kernels/gemm_path.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kvcache/kvcache.h"
 #include "tests/support/random_fp16.h"
 

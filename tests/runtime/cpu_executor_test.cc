@@ -276,8 +276,7 @@ TEST(CpuExecutorTest, MalformedBatchesAreRejectedWithoutCallback) {
   EXPECT_NE(big.message().find("max_batch_size 4"), std::string::npos);
   Batch with_event = RandomWorkload::ToBatch(reqs);
   with_event.requests.resize(1);
-  int dummy = 0;
-  with_event.ready_event = &dummy;
+  with_event.ready_event = reinterpret_cast<DeviceEvent>(std::uintptr_t{64});  // never read
   EXPECT_EQ(ex->Submit(with_event, count).code(), StatusCode::kInvalidArgument);
   ex->Wait();
   EXPECT_EQ(calls, 0);

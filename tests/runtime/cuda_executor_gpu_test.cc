@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_path.h"
 #include "runtime/cuda_resources.h"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 #include "kernels/views.h"
 #include "tests/support/paged_batch.h"
 

@@ -1,5 +1,6 @@
-// The one macro that turns a CUDA or cuBLAS error into a Status with file and line. Header-only:
-// kvcache's device pools use it too without linking kernels.
+// The one macro that turns a CUDA or cuBLAS error into a Status with file and line. A leaf like
+// the public types beside it, but internal (it includes CUDA headers, so it is never a public
+// header): target attnrt_cuda_check, which kvcache, kernels and runtime link.
 #pragma once
 
 #include <cublas_v2.h>

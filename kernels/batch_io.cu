@@ -1,9 +1,9 @@
-// Gather/scatter kernels for device-memory requests (batch_io_kernels.h).
-#include "runtime/batch_io_kernels.h"
+// Gather/scatter kernels for device-memory requests (batch_io.h).
+#include "kernels/batch_io.h"
 
-#include "kernels/cuda_check.h"
+#include "api/internal/cuda_check.h"
 
-namespace attnrt::runtime {
+namespace attnrt::kernels {
 namespace {
 
 constexpr int kIoThreads = 128;
@@ -98,4 +98,4 @@ Status LaunchInvalidForTesting(cudaStream_t stream) {
   return InternalError("LaunchInvalidForTesting: the invalid launch was not rejected");
 }
 
-}  // namespace attnrt::runtime
+}  // namespace attnrt::kernels

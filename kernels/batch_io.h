@@ -1,8 +1,8 @@
-// Device-memory requests of the CUDA executor: a gather kernel copies each such slot's q/k/v
-// from the caller's device pointers into the executor's fixed input buffers, and a scatter
-// kernel copies out/lse back to the caller's pointers. One CTA per slot; slots with
-// kv_length 0 (padding) or a null pointer (host-memory requests) exit at once. The same launch
-// configuration serves eager launches and graph kernel nodes. Internal to runtime/.
+// Batch I/O kernels for device-memory requests of the CUDA executor: a gather kernel copies each
+// such batch row's q/k/v from the caller's device pointers into the executor's fixed input
+// buffers, and a scatter kernel copies out/lse back to the caller's pointers. One CTA per row;
+// rows with kv_length 0 (padding) or a null pointer (host-memory requests) exit at once. The
+// same launch configuration serves eager launches and graph kernel nodes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +13,7 @@
 #include "api/half.h"
 #include "api/status.h"
 
-namespace attnrt::runtime {
+namespace attnrt::kernels {
 
 struct BatchIoArgs {
   int capacity = 0;                   // slots (grid size)
@@ -48,4 +48,4 @@ Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream);
 // failure-injection tests. Always returns the error Status.
 Status LaunchInvalidForTesting(cudaStream_t stream);
 
-}  // namespace attnrt::runtime
+}  // namespace attnrt::kernels
