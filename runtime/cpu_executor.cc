@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/internal/log.h"
 #include "kernels/decode.h"
 
 namespace attnrt::runtime {
@@ -114,6 +115,8 @@ void CpuExecutor::WorkerLoop() {
       run = InternalError("injected batch failure (FaultInjection::batch)");
     }
     if (!run.ok()) {
+      Logger().error("cpu executor: a batch of {} requests failed: {}", job->plan.live.size(),
+                     run.ToString());
       for (const PlannedRequest& p : job->plan.live) {
         if (job->plan.statuses[p.index].ok()) job->plan.statuses[p.index] = run;
       }

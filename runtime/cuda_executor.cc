@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "api/internal/cuda_check.h"
+#include "api/internal/log.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_path.h"
 #include "kvcache/kvcache.h"
@@ -765,6 +766,8 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       // destinations hold undefined K/V, which Settle marks lost (plan.live stays for it).
       for (const PlannedRequest& p : plan.live) plan.statuses[p.index] = s;
       plan.copies_applied = false;
+      Logger().error("cuda executor: copy-on-write before a batch of {} failed: {}",
+                     plan.live.size(), s.ToString());
     }
   }
   const double plan_us = MicrosSince(t_plan);
@@ -883,7 +886,11 @@ void CudaExecutor::Impl::CompletionLoop() {
       }
     }
     cv.notify_all();  // a slot is free
-    if (!status.ok()) b.failed = true;
+    if (!status.ok()) {
+      b.failed = true;
+      Logger().error("cuda executor: a piece of {} requests failed: {}", piece.count,
+                     status.ToString());
+    }
     if (--b.pieces_left == 0) {
       planner->Settle(b.batch, &b.plan);
       b.done(std::move(b.plan.statuses));
@@ -932,6 +939,9 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
   auto impl = std::make_unique<CudaExecutor::Impl>();
   impl->options = options;
   ATTNRT_RETURN_IF_ERROR(impl->Init());
+  if (Logger().should_log(spdlog::level::debug)) {
+    Logger().debug("cuda executor: captured; memory: {}", impl->memory.ToString());
+  }
   return std::unique_ptr<CudaExecutor>(new CudaExecutor(std::move(impl)));
 }
 

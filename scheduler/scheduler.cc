@@ -33,6 +33,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/internal/log.h"
+
 #include "concurrentqueue.h"
 #include "scheduler/batching_window.h"
 #include "scheduler/request_queue.h"
@@ -552,8 +554,8 @@ class Scheduler::Impl final : public ClockListener {
     const int size = static_cast<int>(batch_state->slots.size());
     if (size == 0) return;
     metrics_.batch_size.Record(size);
-    if (spdlog::should_log(spdlog::level::debug)) {
-      spdlog::debug("scheduler: formed batch size={} bucket={} oldest_wait_us={:.1f} pending={}",
+    if (Logger().should_log(spdlog::level::debug)) {
+      Logger().debug("scheduler: formed batch size={} bucket={} oldest_wait_us={:.1f} pending={}",
                     size, window_.BucketFor(size), oldest_wait * 1e-3, pending_.size());
     }
     batch_state->dispatch_ns = now;
@@ -568,7 +570,7 @@ class Scheduler::Impl final : public ClockListener {
       metrics_.batches.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    spdlog::error("scheduler: executor rejected a batch of {}: {}", size, status.ToString());
+    Logger().error("scheduler: executor rejected a batch of {}: {}", size, status.ToString());
     completion_tasks_.fetch_add(1, std::memory_order_acq_rel);
     metrics_.in_flight_requests.fetch_sub(size, std::memory_order_relaxed);
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
@@ -659,9 +661,9 @@ class Scheduler::Impl final : public ClockListener {
       try {
         slot->callback(std::move(result));
       } catch (const std::exception& e) {
-        spdlog::error("scheduler: a done callback threw: {}", e.what());
+        Logger().error("scheduler: a done callback threw: {}", e.what());
       } catch (...) {
-        spdlog::error("scheduler: a done callback threw a non-std exception");
+        Logger().error("scheduler: a done callback threw a non-std exception");
       }
       slot->callback = nullptr;
     } else {
