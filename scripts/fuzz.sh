@@ -71,9 +71,8 @@ for t in "${targets[@]}"; do
   if [ -n "$runs" ]; then args+=("-runs=$runs"); fi
   if [ -n "$seconds" ]; then args+=("-max_total_time=$seconds"); fi
   # c_api: no per-input leak check. It runs LeakSanitizer over the whole heap whenever an input
-  # ends with more allocations than frees, which the runtime's pools and threads make common:
-  # half the run's time, and a report that did not reproduce while a runtime's threads were
-  # starting. LeakSanitizer still checks the whole process at exit, and the harness checks
+  # ends with more allocations than frees, which the runtime's pools make common: half the
+  # run's time. LeakSanitizer still checks the whole process at exit, and the harness checks
   # after every input that every KV block is free again.
   if [ "$t" = c_api ]; then args+=(-detect_leaks=0); fi
   if [ -f "tests/fuzz/$t.dict" ]; then args+=("-dict=tests/fuzz/$t.dict"); fi
