@@ -11,6 +11,7 @@
 #include "api/internal/cuda_check.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
+#include "tests/support/runtime_test_support.h"
 
 namespace attnrt {
 namespace {
@@ -18,36 +19,18 @@ namespace {
 using testing::DenseKv;
 using testing::FillNormal;
 using testing::NormalRng;
+using testing::Normal;
 
-std::vector<Half> Normal(NormalRng& rng, std::size_t n) {
-  std::vector<Half> v(n);
-  FillNormal(v, rng);
-  return v;
-}
-
-class RuntimeTest : public ::testing::TestWithParam<DeviceKind> {
+class RuntimeTest : public testing::RuntimeDeviceTest {
  protected:
   void SetUp() override {
-    if (GetParam() == DeviceKind::kCuda && !CudaDeviceAvailable()) {
-      GTEST_SKIP() << "no CUDA device: the CUDA executor case needs a GPU";
-    }
-    options_.shape.num_layers = 2;
-    options_.shape.num_q_heads = 8;
-    options_.shape.num_kv_heads = 2;
-    options_.shape.head_dim = 64;
-    options_.shape.block_size = 16;
-    options_.shape.max_context = 256;
-    options_.device = GetParam();
-    options_.kv_cache_bytes = std::size_t{8} << 20;
-    options_.max_batch_size = 16;
-    options_.max_queue_delay = std::chrono::microseconds(200);
-    options_.buckets = {1, 2, 4, 8, 16};
+    RuntimeDeviceTest::SetUp();
+    if (IsSkipped()) return;
     auto rt = Runtime::Create(options_);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(*rt);
   }
 
-  RuntimeOptions options_;
   std::unique_ptr<Runtime> rt_;
 };
 
@@ -235,11 +218,7 @@ TEST_P(RuntimeTest, EveryCallbackRunsExactlyOnceThenShutdownRejects) {
             std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, RuntimeTest,
-                         ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
-                         [](const auto& info) {
-                           return info.param == DeviceKind::kCpu ? "Cpu" : "Cuda";
-                         });
+INSTANTIATE_TEST_SUITE_P(Devices, RuntimeTest, testing::kBothDevices, testing::DeviceName);
 
 TEST(RuntimeCreateTest, RejectsBadOptionsNamingTheField) {
   RuntimeOptions o;

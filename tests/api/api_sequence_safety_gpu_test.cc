@@ -17,6 +17,7 @@
 #include "api/internal/cuda_check.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
+#include "tests/support/runtime_test_support.h"
 
 namespace attnrt {
 namespace {
@@ -24,34 +25,26 @@ namespace {
 using testing::DenseKv;
 using testing::FillNormal;
 using testing::NormalRng;
+using testing::Normal;
 
-std::vector<Half> Normal(NormalRng& rng, std::size_t n) {
-  std::vector<Half> v(n);
-  FillNormal(v, rng);
-  return v;
-}
-
-class SequenceSafetyTest : public ::testing::TestWithParam<DeviceKind> {
+class SequenceSafetyTest : public testing::RuntimeDeviceTest {
  protected:
   void SetUp() override {
-    if (GetParam() == DeviceKind::kCuda && !CudaDeviceAvailable()) {
-      GTEST_SKIP() << "no CUDA device: the CUDA executor case needs a GPU";
-    }
-    options_.shape.num_layers = 2;
-    options_.shape.num_q_heads = 8;
-    options_.shape.num_kv_heads = 2;
-    options_.shape.head_dim = 64;
-    options_.shape.block_size = 16;
+    RuntimeDeviceTest::SetUp();
+    if (IsSkipped()) return;
     options_.shape.max_context = 512;
-    options_.device = GetParam();
     // Small: about 160 blocks, so freed blocks are reused within a few churn rounds.
-    options_.kv_cache_bytes = 160 * 2 * std::size_t{2} * 2 * 16 * 64 * sizeof(Half);
-    options_.max_batch_size = 16;
+    options_.kv_cache_bytes = 160 * kvcache_block_bytes();
     options_.max_queue_delay = std::chrono::microseconds(50);
-    options_.buckets = {1, 2, 4, 8, 16};
     auto rt = Runtime::Create(options_);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(*rt);
+  }
+
+  // K + V bytes of one block of the small model, all layers.
+  std::size_t kvcache_block_bytes() const {
+    const ModelShape& s = options_.shape;
+    return std::size_t{2} * s.num_layers * s.kv_token_elems() * s.block_size * sizeof(Half);
   }
 
   // One decode of (seq, layer), checked against the mirror, which then takes the token.
@@ -92,7 +85,6 @@ class SequenceSafetyTest : public ::testing::TestWithParam<DeviceKind> {
     if (bad.fetch_add(1) == 0) *first_error = what;
   }
 
-  RuntimeOptions options_;
   std::unique_ptr<Runtime> rt_;
   std::mutex error_mu_;
 };
@@ -259,11 +251,7 @@ TEST_P(SequenceSafetyTest, EmptyCallbackIsRejectedAndCallsAfterShutdownAreUnavai
   EXPECT_EQ(rt_->Submit(req).status().code(), StatusCode::kUnavailable);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, SequenceSafetyTest,
-                         ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
-                         [](const ::testing::TestParamInfo<DeviceKind>& info) {
-                           return info.param == DeviceKind::kCpu ? "Cpu" : "Cuda";
-                         });
+INSTANTIATE_TEST_SUITE_P(Devices, SequenceSafetyTest, testing::kBothDevices, testing::DeviceName);
 
 }  // namespace
 }  // namespace attnrt

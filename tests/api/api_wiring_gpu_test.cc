@@ -14,6 +14,7 @@
 #include "api/internal/cuda_check.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
+#include "tests/support/runtime_test_support.h"
 
 namespace attnrt {
 namespace {
@@ -23,6 +24,7 @@ using std::chrono::seconds;
 using testing::DenseKv;
 using testing::FillNormal;
 using testing::NormalRng;
+using testing::Normal;
 
 // A window no test waits out: every request held by it is cancelled, drained or completed by an
 // early dispatch well before it expires (the timing assertions leave a margin of seconds).
@@ -30,12 +32,6 @@ constexpr auto kLongWindow = seconds(5);
 constexpr auto kWellBeforeWindow = seconds(2);
 constexpr auto kStillQueuedProbe = milliseconds(300);
 constexpr double kMaxAbs = 2e-3, kRelL2 = 1e-3;
-
-std::vector<Half> Normal(NormalRng& rng, std::size_t n) {
-  std::vector<Half> v(n);
-  FillNormal(v, rng);
-  return v;
-}
 
 bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -57,25 +53,8 @@ struct Step {
   std::vector<Half> q, k, v;
 };
 
-class RuntimeWiringTest : public ::testing::TestWithParam<DeviceKind> {
+class RuntimeWiringTest : public testing::RuntimeDeviceTest {
  protected:
-  void SetUp() override {
-    if (GetParam() == DeviceKind::kCuda && !CudaDeviceAvailable()) {
-      GTEST_SKIP() << "no CUDA device: the CUDA executor case needs a GPU";
-    }
-    options_.shape.num_layers = 2;
-    options_.shape.num_q_heads = 8;
-    options_.shape.num_kv_heads = 2;
-    options_.shape.head_dim = 64;
-    options_.shape.block_size = 16;
-    options_.shape.max_context = 256;
-    options_.device = GetParam();
-    options_.kv_cache_bytes = std::size_t{8} << 20;
-    options_.max_batch_size = 16;
-    options_.max_queue_delay = std::chrono::microseconds(200);
-    options_.buckets = {1, 2, 4, 8, 16};
-  }
-
   // Options under which a lone request (or several of one (sequence, layer)) stays queued: the
   // full bucket is 2, a batch never holds two requests of one (sequence, layer), and the window
   // outlasts the test (scheduler/scheduler.h, "Batching window").
@@ -137,7 +116,6 @@ class RuntimeWiringTest : public ::testing::TestWithParam<DeviceKind> {
     return len.ok() ? *len : -1;
   }
 
-  RuntimeOptions options_;
   std::unique_ptr<Runtime> rt_;
   ModelShape shape_;
   std::size_t q_elems_ = 0, kv_elems_ = 0;
@@ -615,11 +593,7 @@ TEST_P(RuntimeWiringTest, CallsAfterShutdownAreUnavailable) {
   rt_->Shutdown();  // a second Shutdown returns
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, RuntimeWiringTest,
-                         ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda),
-                         [](const auto& info) {
-                           return info.param == DeviceKind::kCpu ? "Cpu" : "Cuda";
-                         });
+INSTANTIATE_TEST_SUITE_P(Devices, RuntimeWiringTest, testing::kBothDevices, testing::DeviceName);
 
 }  // namespace
 }  // namespace attnrt
