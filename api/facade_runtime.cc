@@ -33,6 +33,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   Status Start(const RuntimeOptions& o) {
+    check_finite_ = o.check_finite;
     scheduler::SchedulerOptions so;
     so.max_batch_size = o.max_batch_size;
     so.min_batch_size = o.min_batch_size;
@@ -78,6 +79,16 @@ class RuntimeImpl final : public Runtime {
                                   std::to_string(k.size() != expected ? k.size() : v.size()) +
                                   " elements, expected num_tokens*Hkv*D = " +
                                   std::to_string(expected));
+    }
+    if (check_finite_) {
+      for (const auto& [name, values] : {std::pair{"k", k}, std::pair{"v", v}}) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if ((values[i].bits & 0x7c00u) == 0x7c00u) {  // exponent all ones: Inf or NaN
+            return InvalidArgumentError(std::string(name) + " holds a non-finite value at element " +
+                                        std::to_string(i) + " (check_finite)");
+          }
+        }
+      }
     }
     return scheduler_->RunIfSequenceIdle(id, "Prefill", [&] {
       return executor_->Prefill(id, layer, num_tokens, k.data(), v.data());
@@ -151,6 +162,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   std::atomic<bool> closed_{false};
+  bool check_finite_ = true;  // set once in Start
   std::unique_ptr<runtime::Executor> executor_;
   std::string description_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // after executor_: destroyed first

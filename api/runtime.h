@@ -88,7 +88,8 @@ class Runtime {
   virtual Status CreateSequence(SequenceId id) = 0;
   virtual Status ForkSequence(SequenceId parent, SequenceId child) = 0;
   virtual Status FreeSequence(SequenceId id) = 0;
-  // Writes a prompt's K and V ([num_tokens][Hkv][D] each) for one layer.
+  // Writes a prompt's K and V ([num_tokens][Hkv][D] each) for one layer; with check_finite
+  // (the default), non-finite K/V are refused with InvalidArgument naming the element.
   virtual Status Prefill(SequenceId id, int layer, int num_tokens, std::span<const Half> k,
                          std::span<const Half> v) = 0;
   // Tokens stored for (sequence, layer); InvalidArgument naming a layer out of range.

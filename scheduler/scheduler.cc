@@ -70,6 +70,8 @@ constexpr int kIntakeRoundsPerPass = 16;
 constexpr int kMaxPriorityLevels = 16;
 constexpr int kMaxCompletionThreads = 64;
 constexpr std::size_t kInlineDeliveryMax = 8;  // requests: see OnBatchDone
+// Longest timeout: a year, so that deadlines (clock nanoseconds + timeout) cannot overflow.
+constexpr std::chrono::microseconds kMaxTimeout = std::chrono::hours(24 * 365);
 
 std::string Us(std::chrono::microseconds us) { return std::to_string(us.count()) + "us"; }
 
@@ -343,9 +345,10 @@ class Scheduler::Impl final : public ClockListener {
                                          std::to_string(options_.num_priority_levels) + ")"));
     }
     if (r.timeout) {
-      if (r.timeout->count() <= 0) {
+      if (r.timeout->count() <= 0 || *r.timeout > kMaxTimeout) {
         return Reject(RejectReason::kInvalidArgument,
-                      InvalidArgumentError("timeout " + Us(*r.timeout) + " must be > 0"));
+                      InvalidArgumentError("timeout " + Us(*r.timeout) + " must be > 0 and <= " +
+                                           Us(kMaxTimeout)));
       }
       if (options_.default_timeout.count() > 0 && *r.timeout > options_.default_timeout) {
         return Reject(RejectReason::kInvalidArgument,
@@ -886,9 +889,9 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
     return InvalidArgumentError("max_queue_size " + std::to_string(o.max_queue_size) +
                                 " must be >= 1");
   }
-  if (o.default_timeout.count() < 0) {
+  if (o.default_timeout.count() < 0 || o.default_timeout > kMaxTimeout) {
     return InvalidArgumentError("default_timeout " + Us(o.default_timeout) +
-                                " must be >= 0 (0 = none)");
+                                " must be >= 0 (0 = none) and <= " + Us(kMaxTimeout));
   }
   if (o.num_priority_levels < 1 || o.num_priority_levels > kMaxPriorityLevels) {
     return InvalidArgumentError("num_priority_levels " + std::to_string(o.num_priority_levels) +

@@ -236,6 +236,14 @@ TEST_P(SequenceSafetyTest, EmptyCallbackIsRejectedAndCallsAfterShutdownAreUnavai
   EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(empty.status().message().find("done"), std::string::npos);
 
+  std::vector<Half> nan_k = k;
+  nan_k[3].bits = 0x7e00;  // NaN
+  const Status nan_prefill = rt_->Prefill(4, 0, 1, nan_k, v);
+  EXPECT_EQ(nan_prefill.code(), StatusCode::kInvalidArgument) << nan_prefill.ToString();
+  EXPECT_NE(nan_prefill.message().find("k holds a non-finite value at element 3"),
+            std::string::npos);
+  EXPECT_EQ(*rt_->SequenceLength(4, 0), 0) << "the refused prefill stored nothing";
+
   auto bad_layer = rt_->SequenceLength(4, -1);
   EXPECT_EQ(bad_layer.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_layer.status().message().find("layer -1"), std::string::npos);

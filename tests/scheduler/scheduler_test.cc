@@ -16,6 +16,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "api/internal/log.h"
 #include "tests/support/fake_executor.h"
 #include "tests/support/moodycamel_tsan.h"
 
@@ -144,6 +145,8 @@ TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
       {"max_queue_delay", [](SchedulerOptions& o) { o.max_queue_delay = microseconds(-1); }},
       {"max_queue_size", [](SchedulerOptions& o) { o.max_queue_size = 0; }},
       {"default_timeout", [](SchedulerOptions& o) { o.default_timeout = microseconds(-5); }},
+      {"default_timeout",  // past a year: deadlines would overflow the clock's nanoseconds
+       [](SchedulerOptions& o) { o.default_timeout = std::chrono::hours(24 * 366); }},
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 0; }},
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 17; }},
       {"completion_threads", [](SchedulerOptions& o) { o.completion_threads = 0; }},
@@ -723,14 +726,16 @@ TEST_F(SchedulerTest, MetricsCountEveryOutcomeAndExportPrometheusText) {
   EXPECT_NE(text.find("attnrt_scheduler_queue_delay_seconds_count 6\n"), std::string::npos);
 }
 
+// The scheduler logs through the library's named logger ("attnrt", api/internal/log.h): a host
+// routes it by adding a sink to that logger.
 TEST_F(SchedulerTest, EachFormedBatchIsLoggedAtDebugLevel) {
   auto stream = std::make_shared<std::ostringstream>();
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*stream);
-  auto logger = std::make_shared<spdlog::logger>("scheduler_test", sink);
-  logger->set_level(spdlog::level::debug);
-  logger->set_pattern("%v");
-  auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(logger);
+  sink->set_pattern("%v");
+  spdlog::logger& logger = Logger();
+  const spdlog::level::level_enum previous_level = logger.level();
+  logger.sinks().push_back(sink);
+  logger.set_level(spdlog::level::debug);
   Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
   std::vector<std::future<DecodeResult>> f;
   for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
@@ -739,7 +744,8 @@ TEST_F(SchedulerTest, EachFormedBatchIsLoggedAtDebugLevel) {
   scheduler_->SyncForTesting();
   for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
   scheduler_.reset();
-  spdlog::set_default_logger(previous);
+  logger.sinks().pop_back();
+  logger.set_level(previous_level);
   EXPECT_NE(stream->str().find("formed batch size=3 bucket=4 oldest_wait_us=100.0"),
             std::string::npos)
       << stream->str();
