@@ -48,7 +48,7 @@ struct ToolOptions {
   int criteria_batch = 0;
   int criteria_window_us = 200;
   bool sweep = true;
-  int slots = attnrt::runtime::CudaExecutorOptions{}.num_slots;
+  int buffers = attnrt::runtime::CudaExecutorOptions{}.num_buffers;
   // Enough submitting threads that the load generator is not the bottleneck on a GPU host,
   // without taking the cores a CPU executor computes on.
   bool staging_memory = false;
@@ -91,9 +91,9 @@ int Parse(int argc, char** argv, ToolOptions* o) {
              "CUDA executor: the scheduler stages requests in the executor's mapped staging "
              "memory, read and written in place by the graph (CudaExecutorOptions::"
              "offer_staging_memory), instead of copying through its pinned staging");
-  flags.Int("--slots", &o->slots,
-            "CUDA executor: pieces in flight, each with its own staging (CudaExecutorOptions::"
-            "num_slots)",
+  flags.Int("--buffers", &o->buffers,
+            "CUDA executor: pipeline buffers, i.e. pieces in flight, each with its own staging "
+            "(CudaExecutorOptions::num_buffers)",
             2, 16);
   bool no_sweep = false;
   flags.Bool("--no-sweep", &no_sweep, "skip the sweep (criteria only)");
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
     co.shape = shape;
     co.num_blocks = blocks_needed;
     co.max_batch_size = max_batch;
-    co.num_slots = o.slots;
+    co.num_buffers = o.buffers;
     co.offer_staging_memory = o.staging_memory;
     auto e = attnrt::runtime::CreateCudaExecutor(co);
     if (!e.ok()) {

@@ -1,6 +1,6 @@
 // CUDA executor (cuda_executor.h). Per piece of a batch: plan on the host (validation,
-// AppendToken, copy-on-write), pack the slot's pinned staging, then one cudaGraphLaunch of the
-// graph for (bucket, path, slot):
+// AppendToken, copy-on-write), pack the pipeline buffer's pinned staging, then one
+// cudaGraphLaunch of the graph for (bucket, path, buffer):
 //
 //   H2D memcpy (metadata + q/k/v, or metadata only) -> gather (device-memory requests)
 //     -> [captured: append-KV -> decode path] -> scatter (device-memory requests)
@@ -54,11 +54,11 @@ double MicrosSince(Clock::time_point t0) {
 
 std::size_t Align16(std::size_t x) { return (x + 15) & ~std::size_t{15}; }
 
-// Byte offsets of one slot's arrays for a bucket of `capacity` slots. The input region (pinned
-// staging and its device mirror) holds the metadata first, then q/k/v, so one H2D copy of
-// meta_bytes serves device-memory pieces and one of in_bytes the others. The output region holds
-// out then lse. Offsets depend on the bucket, so each bucket's H2D copies only its own bytes.
-struct SlotLayout {
+// Byte offsets of one pipeline buffer's arrays for a bucket of `capacity` rows. The input region
+// (pinned staging and its device mirror) holds the metadata first, then q/k/v, so one H2D copy
+// of meta_bytes serves device-memory pieces and one of in_bytes the others. The output region
+// holds out then lse. Offsets depend on the bucket, so each bucket's H2D copies only its own bytes.
+struct BufferLayout {
   int capacity = 0;
   std::size_t kv_lengths = 0, layers = 0, block_tables = 0;
   std::size_t q_ptrs = 0, k_ptrs = 0, v_ptrs = 0, out_ptrs = 0, lse_ptrs = 0;
@@ -66,8 +66,8 @@ struct SlotLayout {
   std::size_t q = 0, k = 0, v = 0, in_bytes = 0;
   std::size_t out = 0, lse = 0, out_bytes = 0;
 
-  static SlotLayout For(const ModelShape& shape, int capacity, int max_blocks) {
-    SlotLayout l;
+  static BufferLayout For(const ModelShape& shape, int capacity, int max_blocks) {
+    BufferLayout l;
     l.capacity = capacity;
     const std::size_t c = static_cast<std::size_t>(capacity);
     std::size_t off = 0;
@@ -130,7 +130,7 @@ struct CapturedGraph {
   std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
 };
 
-struct Slot {
+struct PipelineBuffer {
   PinnedBuffer in, out;
   DeviceBuffer dev_in, dev_out;
   Event start, done;
@@ -148,7 +148,7 @@ struct BatchState {
 // One launch: a bucket-sized range of a batch's live requests.
 struct Piece {
   std::shared_ptr<BatchState> batch;
-  int slot = -1;  // -1: nothing was launched (every request failed before the GPU)
+  int buffer = -1;  // -1: nothing was launched (every request failed before the GPU)
   int bucket_index = 0;
   int path = 0;              // index into Impl::paths
   int first = 0, count = 0;  // range of batch->plan.live
@@ -193,21 +193,21 @@ class MappedStagingMemory final : public StagingMemory {
 
 struct CudaExecutor::Impl {
   CudaExecutorOptions options;
-  std::vector<SlotLayout> layouts;  // per bucket
+  std::vector<BufferLayout> layouts;  // per bucket
   std::vector<DecodePath> paths;
-  std::vector<std::string> families;  // as given in options.paths
-  std::vector<int> active;            // paths of the selected family, by ascending max_kv_length
-  int active_family = 0;
-  std::vector<char> runnable;         // [path][bucket]: workspace within budget (captured)
+  std::vector<std::string> path_names;  // as given in options.paths
+  int selected_name = 0;                // index into path_names
+  std::vector<int> active;  // paths named path_names[selected_name], by ascending max_kv_length
+  std::vector<char> runnable;           // [path][bucket]: workspace within budget (captured)
   int max_blocks = 0;
 
   Stream stream;
   CublasHandle cublas;  // for plans that use cuBLAS (the GEMM path) only
-  std::vector<Slot> slots;
+  std::vector<PipelineBuffer> buffers;
   DeviceBuffer workspace;
   std::unique_ptr<kvcache::KvCache> cache;
   kernels::KvPoolView pools;
-  std::vector<CapturedGraph> graphs;  // [path][bucket][slot]
+  std::vector<CapturedGraph> graphs;  // [path][bucket][buffer]
   std::unique_ptr<BatchPlanner> planner;
   CudaExecutorMemory memory;
   std::atomic<int> inject_failures{0};
@@ -217,7 +217,7 @@ struct CudaExecutor::Impl {
   std::condition_variable cv;
   std::deque<Piece> completions;  // GUARDED_BY(mu)
   int pending_batches = 0;        // GUARDED_BY(mu)
-  int next_slot = 0;              // submitting thread only
+  int next_buffer = 0;            // submitting thread only
   bool stop = false;              // GUARDED_BY(mu)
   ExecutorStats stats;            // GUARDED_BY(mu)
   std::vector<PieceTimings> timings;  // GUARDED_BY(mu)
@@ -239,24 +239,25 @@ struct CudaExecutor::Impl {
   }
 
   int num_buckets() const { return static_cast<int>(options.buckets.size()); }
-  CapturedGraph& GraphFor(int path, int bucket, int slot) {
-    return graphs[(static_cast<std::size_t>(path) * num_buckets() + bucket) * slots.size() + slot];
+  CapturedGraph& GraphFor(int path, int bucket, int buffer) {
+    return graphs[(static_cast<std::size_t>(path) * num_buckets() + bucket) * buffers.size() +
+                  buffer];
   }
 
   Status Init();
   Status AddPaths(const std::string& name, const kernels::DecodeDevice& device);
-  Status Select(int family);
+  Status Select(int name_index);
   StatusOr<int> ChoosePath(int bucket, int max_kv_length) const;
-  kernels::DecodeBatchView ViewFor(int bucket, int slot) const;
-  BatchIoArgs IoArgsFor(int bucket, int slot) const;
-  Status EnqueueCompute(int path, int bucket, int slot);
-  Status EnqueueEager(int path, int bucket, int slot, const NodeEnables& e);
-  Status Capture(int path, int bucket, int slot, CapturedGraph* out);
+  kernels::DecodeBatchView ViewFor(int bucket, int buffer) const;
+  BatchIoArgs IoArgsFor(int bucket, int buffer) const;
+  Status EnqueueCompute(int path, int bucket, int buffer);
+  Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
+  Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
   Status SetEnables(CapturedGraph& g, const NodeEnables& e);
   Status DrainStream();
 
   Status Submit(Batch batch, BatchDoneFn done);
-  int AcquireSlot();
+  int AcquireBuffer();
   void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
   void Launch(Piece& piece, const NodeEnables& e);
   void CompletionLoop();
@@ -330,19 +331,19 @@ Status CudaExecutor::Impl::AddPaths(const std::string& name, const kernels::Deco
   return Status::Ok();
 }
 
-Status CudaExecutor::Impl::Select(int family) {
+Status CudaExecutor::Impl::Select(int name_index) {
   active.clear();
   for (int i = 0; i < static_cast<int>(paths.size()); ++i) {
-    if (paths[i].variant->name == families[family]) active.push_back(i);
+    if (paths[i].variant->name == path_names[name_index]) active.push_back(i);
   }
   std::sort(active.begin(), active.end(), [&](int a, int b) {
     return paths[a].max_kv_length < paths[b].max_kv_length;
   });
-  active_family = family;
+  selected_name = name_index;
   return Status::Ok();
 }
 
-// The active family's path for a piece: the first whose max_kv_length holds the piece's
+// The selected name's path for a piece: the first whose max_kv_length holds the piece's
 // longest sequence and whose workspace at this bucket was within budget.
 StatusOr<int> CudaExecutor::Impl::ChoosePath(int bucket, int max_kv_length) const {
   for (int p : active) {
@@ -353,26 +354,26 @@ StatusOr<int> CudaExecutor::Impl::ChoosePath(int bucket, int max_kv_length) cons
         " needs a workspace of " + std::to_string(paths[p].plans[bucket].workspace_bytes) +
         " bytes, over gemm_max_workspace_bytes " + std::to_string(options.gemm_max_workspace_bytes));
   }
-  return InternalError("no path of " + families[active_family] + " runs kv_length " +
+  return InternalError("no path of " + path_names[selected_name] + " runs kv_length " +
                        std::to_string(max_kv_length));
 }
 
 Status CudaExecutor::Impl::Init() {
   const ModelShape& shape = options.shape;
   max_blocks = shape.max_blocks_per_sequence();
-  for (int b : options.buckets) layouts.push_back(SlotLayout::For(shape, b, max_blocks));
-  const SlotLayout& largest = layouts.back();
+  for (int b : options.buckets) layouts.push_back(BufferLayout::For(shape, b, max_blocks));
+  const BufferLayout& largest = layouts.back();
 
   ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
   // Plans are made once, here, for this device: its SM count sizes the split-KV grids.
   ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeDevice device, kernels::CurrentDecodeDevice());
   if (options.paths.empty()) options.paths = {std::string(kernels::DefaultDecodeVariant().name)};
   for (const std::string& name : options.paths) {
-    if (std::find(families.begin(), families.end(), name) != families.end()) {
+    if (std::find(path_names.begin(), path_names.end(), name) != path_names.end()) {
       return InvalidArgumentError("paths lists \"" + name + "\" twice");
     }
     ATTNRT_RETURN_IF_ERROR(AddPaths(name, device));
-    families.push_back(name);
+    path_names.push_back(name);
   }
   ATTNRT_RETURN_IF_ERROR(Select(0));
   runnable.assign(paths.size() * options.buckets.size(), 1);
@@ -384,22 +385,22 @@ Status CudaExecutor::Impl::Init() {
     }
   }
 
-  slots.resize(options.num_slots);
-  for (Slot& s : slots) {
-    ATTNRT_ASSIGN_OR_RETURN(s.in, PinnedBuffer::Create(largest.in_bytes));
-    ATTNRT_ASSIGN_OR_RETURN(s.out, PinnedBuffer::Create(largest.out_bytes));
-    ATTNRT_ASSIGN_OR_RETURN(s.dev_in, DeviceBuffer::Create(largest.in_bytes));
-    ATTNRT_ASSIGN_OR_RETURN(s.dev_out, DeviceBuffer::Create(largest.out_bytes));
-    ATTNRT_ASSIGN_OR_RETURN(s.start, Event::Create(/*timing=*/true));
-    ATTNRT_ASSIGN_OR_RETURN(s.done, Event::Create(/*timing=*/options.record_timings));
+  buffers.resize(options.num_buffers);
+  for (PipelineBuffer& buf : buffers) {
+    ATTNRT_ASSIGN_OR_RETURN(buf.in, PinnedBuffer::Create(largest.in_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(buf.out, PinnedBuffer::Create(largest.out_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(buf.dev_in, DeviceBuffer::Create(largest.in_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(buf.dev_out, DeviceBuffer::Create(largest.out_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(buf.start, Event::Create(/*timing=*/true));
+    ATTNRT_ASSIGN_OR_RETURN(buf.done, Event::Create(/*timing=*/options.record_timings));
     // All padding until packed: a warm-up or stray replay touches nothing.
-    std::memset(s.in.data(), 0, s.in.bytes());
-    ATTNRT_CUDA_RETURN(cudaMemset(s.dev_in.data(), 0, s.dev_in.bytes()));
-    // The D2H node copies the whole bucket's output rows, padded slots included, which no
+    std::memset(buf.in.data(), 0, buf.in.bytes());
+    ATTNRT_CUDA_RETURN(cudaMemset(buf.dev_in.data(), 0, buf.dev_in.bytes()));
+    // The D2H node copies the whole bucket's output rows, padded rows included, which no
     // kernel writes: zero them once so that copy never reads uninitialised memory.
-    ATTNRT_CUDA_RETURN(cudaMemset(s.dev_out.data(), 0, s.dev_out.bytes()));
-    memory.slot_device_bytes += s.dev_in.bytes() + s.dev_out.bytes();
-    memory.pinned_bytes += s.in.bytes() + s.out.bytes();
+    ATTNRT_CUDA_RETURN(cudaMemset(buf.dev_out.data(), 0, buf.dev_out.bytes()));
+    memory.buffer_device_bytes += buf.dev_in.bytes() + buf.dev_out.bytes();
+    memory.pinned_bytes += buf.in.bytes() + buf.out.bytes();
   }
   // One workspace for every path and bucket: pieces run one after another on one stream.
   std::size_t ws = 0;
@@ -450,7 +451,7 @@ Status CudaExecutor::Impl::Init() {
   ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
 
   if (options.mode == LaunchMode::kGraph) {
-    graphs.resize(paths.size() * options.buckets.size() * slots.size());
+    graphs.resize(paths.size() * options.buckets.size() * buffers.size());
     for (int p = 0; p < static_cast<int>(paths.size()); ++p) {
       for (int b = num_buckets() - 1; b >= 0; --b) {  // largest first
         if (!runnable[static_cast<std::size_t>(p) * num_buckets() + b]) continue;
@@ -461,8 +462,8 @@ Status CudaExecutor::Impl::Init() {
         std::size_t free_before = 0, free_after = 0, total = 0;
         ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_before, &total));
         const Clock::time_point t0 = Clock::now();
-        for (int s = 0; s < static_cast<int>(slots.size()); ++s) {
-          ATTNRT_RETURN_IF_ERROR(Capture(p, b, s, &GraphFor(p, b, s)));
+        for (int i = 0; i < static_cast<int>(buffers.size()); ++i) {
+          ATTNRT_RETURN_IF_ERROR(Capture(p, b, i, &GraphFor(p, b, i)));
           ++memory.num_graphs;
         }
         ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
@@ -476,7 +477,7 @@ Status CudaExecutor::Impl::Init() {
     }
   }
   memory.total_device_bytes = memory.kv_cache_bytes + memory.workspace_bytes +
-                              memory.slot_device_bytes + memory.graph_bytes;
+                              memory.buffer_device_bytes + memory.graph_bytes;
   int helpers = options.pack_threads;
   if (helpers < 0) helpers = std::min(3, static_cast<int>(std::thread::hardware_concurrency() / 4));
   pack_pool = std::make_unique<CopyPool>(helpers);
@@ -484,82 +485,83 @@ Status CudaExecutor::Impl::Init() {
   return Status::Ok();
 }
 
-kernels::DecodeBatchView CudaExecutor::Impl::ViewFor(int bucket, int slot) const {
-  const SlotLayout& l = layouts[bucket];
-  const Slot& s = slots[slot];
+kernels::DecodeBatchView CudaExecutor::Impl::ViewFor(int bucket, int buffer) const {
+  const BufferLayout& l = layouts[bucket];
+  const PipelineBuffer& buf = buffers[buffer];
   kernels::DecodeBatchView v;
   v.capacity = l.capacity;
   v.num_q_heads = options.shape.num_q_heads;
   v.max_blocks_per_seq = max_blocks;
-  v.kv_lengths = s.dev_in.as<std::int32_t>(l.kv_lengths);
-  v.layers = s.dev_in.as<std::int32_t>(l.layers);
-  v.block_tables = s.dev_in.as<std::int32_t>(l.block_tables);
-  v.q = s.dev_in.as<Half>(l.q);
-  v.k_new = s.dev_in.as<Half>(l.k);
-  v.v_new = s.dev_in.as<Half>(l.v);
-  v.out = s.dev_out.as<Half>(l.out);
-  v.lse = s.dev_out.as<float>(l.lse);
+  v.kv_lengths = buf.dev_in.as<std::int32_t>(l.kv_lengths);
+  v.layers = buf.dev_in.as<std::int32_t>(l.layers);
+  v.block_tables = buf.dev_in.as<std::int32_t>(l.block_tables);
+  v.q = buf.dev_in.as<Half>(l.q);
+  v.k_new = buf.dev_in.as<Half>(l.k);
+  v.v_new = buf.dev_in.as<Half>(l.v);
+  v.out = buf.dev_out.as<Half>(l.out);
+  v.lse = buf.dev_out.as<float>(l.lse);
   v.scale = options.shape.scale();
   return v;
 }
 
-BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int slot) const {
-  const SlotLayout& l = layouts[bucket];
-  const Slot& s = slots[slot];
+BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int buffer) const {
+  const BufferLayout& l = layouts[bucket];
+  const PipelineBuffer& buf = buffers[buffer];
   BatchIoArgs a;
   a.capacity = l.capacity;
   a.q_elems = options.shape.num_q_heads * options.shape.head_dim;
   a.kv_elems = static_cast<int>(options.shape.kv_token_elems());
   a.num_q_heads = options.shape.num_q_heads;
-  a.kv_lengths = s.dev_in.as<std::int32_t>(l.kv_lengths);
-  a.q_ptrs = s.dev_in.as<std::uint64_t>(l.q_ptrs);
-  a.k_ptrs = s.dev_in.as<std::uint64_t>(l.k_ptrs);
-  a.v_ptrs = s.dev_in.as<std::uint64_t>(l.v_ptrs);
-  a.out_ptrs = s.dev_in.as<std::uint64_t>(l.out_ptrs);
-  a.lse_ptrs = s.dev_in.as<std::uint64_t>(l.lse_ptrs);
-  a.q = s.dev_in.as<Half>(l.q);
-  a.k = s.dev_in.as<Half>(l.k);
-  a.v = s.dev_in.as<Half>(l.v);
-  a.out = s.dev_out.as<Half>(l.out);
-  a.lse = s.dev_out.as<float>(l.lse);
+  a.kv_lengths = buf.dev_in.as<std::int32_t>(l.kv_lengths);
+  a.q_ptrs = buf.dev_in.as<std::uint64_t>(l.q_ptrs);
+  a.k_ptrs = buf.dev_in.as<std::uint64_t>(l.k_ptrs);
+  a.v_ptrs = buf.dev_in.as<std::uint64_t>(l.v_ptrs);
+  a.out_ptrs = buf.dev_in.as<std::uint64_t>(l.out_ptrs);
+  a.lse_ptrs = buf.dev_in.as<std::uint64_t>(l.lse_ptrs);
+  a.q = buf.dev_in.as<Half>(l.q);
+  a.k = buf.dev_in.as<Half>(l.k);
+  a.v = buf.dev_in.as<Half>(l.v);
+  a.out = buf.dev_out.as<Half>(l.out);
+  a.lse = buf.dev_out.as<float>(l.lse);
   return a;
 }
 
-// The path's plan for this bucket, run on the slot's buffers: append, then decode attention.
-Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int slot) {
+// The path's plan for this bucket, run on the pipeline buffer's arrays: append, then decode
+// attention.
+Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int buffer) {
   const DecodePath& p = paths[path];
-  return p.variant->run(p.plans[bucket], ViewFor(bucket, slot), pools,
+  return p.variant->run(p.plans[bucket], ViewFor(bucket, buffer), pools,
                         {workspace.data(), workspace.bytes()}, {stream.get(), cublas.get()});
 }
 
 // The same work as one replay, launched op by op (eager mode and warm-up).
-Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int slot, const NodeEnables& e) {
-  const SlotLayout& l = layouts[bucket];
-  Slot& s = slots[slot];
+Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e) {
+  const BufferLayout& l = layouts[bucket];
+  PipelineBuffer& buf = buffers[buffer];
   cudaStream_t st = stream.get();
-  ATTNRT_CUDA_RETURN(cudaMemcpyAsync(s.dev_in.data(), s.in.data(),
+  ATTNRT_CUDA_RETURN(cudaMemcpyAsync(buf.dev_in.data(), buf.in.data(),
                                      e.h2d_full ? l.in_bytes : l.meta_bytes,
                                      cudaMemcpyHostToDevice, st));
-  const BatchIoArgs io = IoArgsFor(bucket, slot);
+  const BatchIoArgs io = IoArgsFor(bucket, buffer);
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchGather(io, st));
-  if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, slot));
+  if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, buffer));
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchScatter(io, st));
   if (e.d2h) {
-    ATTNRT_CUDA_RETURN(
-        cudaMemcpyAsync(s.out.data(), s.dev_out.data(), l.out_bytes, cudaMemcpyDeviceToHost, st));
+    ATTNRT_CUDA_RETURN(cudaMemcpyAsync(buf.out.data(), buf.dev_out.data(), l.out_bytes,
+                                       cudaMemcpyDeviceToHost, st));
   }
   return Status::Ok();
 }
 
-Status CudaExecutor::Impl::Capture(int path, int bucket, int slot, CapturedGraph* g) {
-  const SlotLayout& l = layouts[bucket];
-  Slot& s = slots[slot];
+Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGraph* g) {
+  const BufferLayout& l = layouts[bucket];
+  PipelineBuffer& buf = buffers[buffer];
 
   // The kernels' own launches (append + decode path) are captured from the stream; the
   // executor's copies and gather/scatter are then added to the same graph as explicit nodes
   // whose handles it keeps (one flat graph: no child-graph node on the launch path).
   ATTNRT_CUDA_RETURN(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const Status enqueued = EnqueueCompute(path, bucket, slot);
+  const Status enqueued = EnqueueCompute(path, bucket, buffer);
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream.get(), &raw);
   g->graph = Graph::Adopt(raw);
@@ -588,19 +590,19 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int slot, CapturedGraph
     }
   }
 
-  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_full, graph, nullptr, 0, s.dev_in.data(),
-                                              s.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
-  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_meta, graph, nullptr, 0, s.dev_in.data(),
-                                              s.in.data(), l.meta_bytes, cudaMemcpyHostToDevice));
-  const BatchIoArgs io = IoArgsFor(bucket, slot);
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_full, graph, nullptr, 0, buf.dev_in.data(),
+                                              buf.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_meta, graph, nullptr, 0, buf.dev_in.data(),
+                                              buf.in.data(), l.meta_bytes, cudaMemcpyHostToDevice));
+  const BatchIoArgs io = IoArgsFor(bucket, buffer);
   const cudaGraphNode_t copies[] = {g->h2d_full, g->h2d_meta};
   ATTNRT_RETURN_IF_ERROR(AddGatherNode(graph, copies, 2, io, &g->gather));
   for (cudaGraphNode_t root : roots) {
     ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(graph, &g->gather, &root, nullptr, 1));
   }
   ATTNRT_RETURN_IF_ERROR(AddScatterNode(graph, leaves.data(), leaves.size(), io, &g->scatter));
-  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->d2h, graph, &g->scatter, 1, s.out.data(),
-                                              s.dev_out.data(), l.out_bytes,
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->d2h, graph, &g->scatter, 1, buf.out.data(),
+                                              buf.dev_out.data(), l.out_bytes,
                                               cudaMemcpyDeviceToHost));
   ATTNRT_ASSIGN_OR_RETURN(g->exec, GraphExec::Instantiate(g->graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(g->exec.get(), stream.get()));
@@ -636,22 +638,22 @@ Status CudaExecutor::Impl::DrainStream() {
 
 // ---- the batch path ------------------------------------------------------------------------
 
-int CudaExecutor::Impl::AcquireSlot() {
+int CudaExecutor::Impl::AcquireBuffer() {
   std::unique_lock<std::mutex> lock(mu);
-  // Pieces complete in launch order, so the oldest slot is the next to free.
-  cv.wait(lock, [&] { return !slots[next_slot].busy; });
-  const int s = next_slot;
-  slots[s].busy = true;
-  next_slot = (next_slot + 1) % static_cast<int>(slots.size());
-  return s;
+  // Pieces complete in launch order, so the oldest buffer is the next to free.
+  cv.wait(lock, [&] { return !buffers[next_buffer].busy; });
+  const int index = next_buffer;
+  buffers[index].busy = true;
+  next_buffer = (next_buffer + 1) % static_cast<int>(buffers.size());
+  return index;
 }
 
 void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
                               int* max_kv_length) {
   BatchState& b = *piece.batch;
-  const SlotLayout& l = layouts[piece.bucket_index];
-  const Slot& s = slots[piece.slot];
-  char* base = s.in.as<char>();
+  const BufferLayout& l = layouts[piece.bucket_index];
+  const PipelineBuffer& buf = buffers[piece.buffer];
+  char* base = buf.in.as<char>();
   auto* kv_lengths = reinterpret_cast<std::int32_t*>(base + l.kv_lengths);
   auto* layers = reinterpret_cast<std::int32_t*>(base + l.layers);
   auto* tables = reinterpret_cast<std::int32_t*>(base + l.block_tables);
@@ -680,7 +682,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     layers[j] = r.layer;
     *max_kv_length = std::max(*max_kv_length, p.kv_length);
     if (r.memory == MemoryKind::kHost) {
-      q_ptrs[j] = 0;  // the gather kernel leaves this slot to the memcpy node
+      q_ptrs[j] = 0;  // the gather kernel leaves this row to the memcpy node
       out_ptrs[j] = 0;
       *any_host = true;
     } else {
@@ -708,12 +710,12 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   } else if (*any_host) {
     for (int j = 0; j < piece.count; ++j) copy_row(j);
   }
-  // Padding: every kernel skips a slot of length 0 before reading anything else of it.
+  // Padding: every kernel skips a row of length 0 before reading anything else of it.
   std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
 }
 
 void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
-  Slot& s = slots[piece.slot];
+  PipelineBuffer& buf = buffers[piece.buffer];
   cudaStream_t st = stream.get();
   int inject = inject_failures.load();
   while (inject > 0 && !inject_failures.compare_exchange_weak(inject, inject - 1)) {
@@ -722,24 +724,24 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
     piece.launch_status = LaunchInvalidForTesting(st);
   } else {
     Status status;
-    if (options.record_timings) status = CudaStatus(cudaEventRecord(s.start.get(), st),
+    if (options.record_timings) status = CudaStatus(cudaEventRecord(buf.start.get(), st),
                                                     "cudaEventRecord(start)", __FILE__, __LINE__);
     if (status.ok()) {
       if (options.mode == LaunchMode::kGraph) {
-        CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.slot);
+        CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.buffer);
         status = SetEnables(g, e);
         if (status.ok()) {
           status = CudaStatus(cudaGraphLaunch(g.exec.get(), st), "cudaGraphLaunch", __FILE__,
                               __LINE__);
         }
       } else {
-        status = EnqueueEager(piece.path, piece.bucket_index, piece.slot, e);
+        status = EnqueueEager(piece.path, piece.bucket_index, piece.buffer, e);
       }
     }
     piece.launch_status = status;
   }
-  // Recorded even after a failed launch: whatever did get queued still uses the slot.
-  piece.event_recorded = cudaEventRecord(s.done.get(), st) == cudaSuccess;
+  // Recorded even after a failed launch: whatever did get queued still uses the buffer.
+  piece.event_recorded = cudaEventRecord(buf.done.get(), st) == cudaSuccess;
   if (!piece.event_recorded && piece.launch_status.ok()) {
     piece.launch_status = InternalError("cudaEventRecord(done) failed after the launch");
   }
@@ -800,7 +802,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
           std::lower_bound(options.buckets.begin(), options.buckets.end(), piece.count) -
           options.buckets.begin());
       piece.timings.bucket = options.buckets[piece.bucket_index];
-      piece.slot = AcquireSlot();
+      piece.buffer = AcquireBuffer();
       const Clock::time_point t_pack = Clock::now();
       NodeEnables e;
       bool any_host = false, any_device = false;
@@ -817,7 +819,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
         piece.path = *path;
         Launch(piece, e);
       } else {
-        piece.launch_status = path.status();  // nothing queued: the slot frees at once
+        piece.launch_status = path.status();  // nothing queued: the buffer frees at once
       }
       piece.timings.launch_us = MicrosSince(t_launch);
     } else if (piece.count > 0) {
@@ -847,19 +849,19 @@ void CudaExecutor::Impl::CompletionLoop() {
     }
     BatchState& b = *piece.batch;
     Status status = piece.launch_status;
-    if (piece.slot >= 0) {
-      Slot& s = slots[piece.slot];
+    if (piece.buffer >= 0) {
+      PipelineBuffer& buf = buffers[piece.buffer];
       if (piece.event_recorded) {
-        const cudaError_t err = cudaEventSynchronize(s.done.get());
+        const cudaError_t err = cudaEventSynchronize(buf.done.get());
         if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
         if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
           float ms = 0.0f;
-          if (cudaEventElapsedTime(&ms, s.start.get(), s.done.get()) == cudaSuccess) {
+          if (cudaEventElapsedTime(&ms, buf.start.get(), buf.done.get()) == cudaSuccess) {
             piece.timings.gpu_us = ms * 1000.0;
           }
         }
       }
-      const SlotLayout& l = layouts[piece.bucket_index];
+      const BufferLayout& l = layouts[piece.bucket_index];
       for (int j = 0; j < piece.count; ++j) {
         const PlannedRequest& p = b.plan.live[piece.first + j];
         Status& rs = b.plan.statuses[p.index];
@@ -870,14 +872,14 @@ void CudaExecutor::Impl::CompletionLoop() {
         }
         const BatchRequest& r = b.batch.requests[p.index];
         if (r.memory != MemoryKind::kHost) continue;  // scattered on the device
-        std::memcpy(r.out, s.out.as<Half>(l.out) + j * q_row, q_row * sizeof(Half));
+        std::memcpy(r.out, buf.out.as<Half>(l.out) + j * q_row, q_row * sizeof(Half));
         if (r.lse != nullptr) {
-          std::memcpy(r.lse, s.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
+          std::memcpy(r.lse, buf.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
                       h * sizeof(float));
         }
       }
       std::lock_guard<std::mutex> lock(mu);
-      s.busy = false;
+      buf.busy = false;
       if (options.record_timings) timings.push_back(piece.timings);
     } else if (!status.ok()) {
       for (int j = 0; j < piece.count; ++j) {
@@ -885,7 +887,7 @@ void CudaExecutor::Impl::CompletionLoop() {
         if (rs.ok()) rs = status;
       }
     }
-    cv.notify_all();  // a slot is free
+    cv.notify_all();  // a buffer is free
     if (!status.ok()) {
       b.failed = true;
       Logger().error("cuda executor: a piece of {} requests failed: {}", piece.count,
@@ -915,8 +917,8 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
   }
   ATTNRT_RETURN_IF_ERROR(options.shape.Validate());
   ATTNRT_RETURN_IF_ERROR(ValidateBuckets(options.buckets));
-  if (options.num_slots < 2) {
-    return InvalidArgumentError("num_slots " + std::to_string(options.num_slots) +
+  if (options.num_buffers < 2) {
+    return InvalidArgumentError("num_buffers " + std::to_string(options.num_buffers) +
                                 ", expected >= 2 (double-buffered staging)");
   }
   if (options.pack_threads < -1 || options.pack_threads > 64) {
@@ -951,7 +953,7 @@ CudaExecutor::~CudaExecutor() = default;
 const ModelShape& CudaExecutor::shape() const { return impl_->options.shape; }
 int CudaExecutor::max_batch_size() const { return impl_->options.max_batch_size; }
 std::vector<int> CudaExecutor::buckets() const { return impl_->options.buckets; }
-int CudaExecutor::max_in_flight() const { return static_cast<int>(impl_->slots.size()); }
+int CudaExecutor::max_in_flight() const { return static_cast<int>(impl_->buffers.size()); }
 StagingMemory* CudaExecutor::staging_memory() {
   return impl_->options.offer_staging_memory ? impl_->staging.get() : nullptr;
 }
@@ -1012,17 +1014,17 @@ ExecutorStats CudaExecutor::stats() const {
   return s;
 }
 
-std::vector<std::string> CudaExecutor::paths() const { return impl_->families; }
+std::vector<std::string> CudaExecutor::paths() const { return impl_->path_names; }
 
 std::string_view CudaExecutor::active_path() const {
-  return impl_->families[impl_->active_family];
+  return impl_->path_names[impl_->selected_name];
 }
 
 Status CudaExecutor::SelectPath(std::string_view name) {
   std::string known;
-  for (int i = 0; i < static_cast<int>(impl_->families.size()); ++i) {
-    if (impl_->families[i] == name) return impl_->Select(i);
-    known += (i ? ", " : "") + impl_->families[i];
+  for (int i = 0; i < static_cast<int>(impl_->path_names.size()); ++i) {
+    if (impl_->path_names[i] == name) return impl_->Select(i);
+    known += (i ? ", " : "") + impl_->path_names[i];
   }
   return NotFoundError("path \"" + std::string(name) + "\" was not captured; paths: " + known);
 }
@@ -1044,7 +1046,8 @@ std::string CudaExecutorMemory::ToString() const {
   std::ostringstream o;
   auto mib = [](std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   o << "kv " << mib(kv_cache_bytes) << " MiB, workspace " << mib(workspace_bytes)
-    << " MiB, slot buffers " << mib(slot_device_bytes) << " MiB (pinned " << mib(pinned_bytes)
+    << " MiB, pipeline buffers " << mib(buffer_device_bytes) << " MiB (pinned "
+    << mib(pinned_bytes)
     << " MiB), graphs " << mib(graph_bytes) << " MiB, total device " << mib(total_device_bytes)
     << " MiB; capture " << capture_ms << " ms\n";
   for (const BucketGraphReport& g : graphs) {

@@ -1,7 +1,8 @@
 // The CUDA executor: each formed batch becomes one cudaGraphLaunch per bucket-sized piece. One
-// graph per (bucket, path, in-flight slot), captured once at start-up (largest bucket first,
-// after an eager warm-up) and never again: everything that varies per batch lives in the slot's
-// fixed device buffers, filled by the graph's own memcpy node from the slot's pinned staging.
+// graph per (bucket, path, pipeline buffer), captured once at start-up (largest bucket first,
+// after an eager warm-up) and never again: everything that varies per batch lives in the
+// pipeline buffer's fixed device arrays, filled by the graph's own memcpy node from the buffer's
+// pinned staging. A pipeline buffer is the staging and device memory of one piece in flight.
 // No CUDA header here (pimpl), so the scheduler and tests include it freely.
 #pragma once
 
@@ -33,11 +34,11 @@ struct CudaExecutorOptions {
   double kv_memory_fraction = 0.5;
   std::vector<int> buckets = DefaultBuckets();
   int max_batch_size = 1024;  // larger than the largest bucket: split into pieces
-  // Pieces in flight (>= 2), each with its own staging and buffers. 3: while one piece runs and
-  // one waits in the stream, the host forms, plans and packs the next; with 2 the GPU idles
-  // whenever that host work plus the output copy outlasts one step (H100, max batch 128: the
-  // scheduler reached 0.81x of the executor's capacity with 2).
-  int num_slots = 3;
+  // Pipeline buffers: pieces in flight (>= 2), each with its own staging and device arrays.
+  // 3: while one piece runs and one waits in the stream, the host forms, plans and packs the
+  // next; with 2 the GPU idles whenever that host work plus the output copy outlasts one step
+  // (H100, max batch 128: the scheduler reached 0.81x of the executor's capacity with 2).
+  int num_buffers = 3;
   LaunchMode mode = LaunchMode::kGraph;
   // Decode paths to capture: decode variant names (kernels/decode.h) or kGemmPathName; empty
   // means the production default variant. The first is active until SelectPath(). The GEMM
@@ -64,24 +65,24 @@ struct CudaExecutorOptions {
   bool offer_staging_memory = false;
 };
 
-// Graph and workspace memory of one captured (bucket, path), over all slots.
+// Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.
 struct BucketGraphReport {
   int bucket = 0;
   std::string path;                 // decode variant name, or "gemm/t<Tpad>"
   std::size_t graph_bytes = 0;      // device memory the instantiated+uploaded graphs took (driver)
   std::size_t workspace_bytes = 0;  // the path's workspace at this bucket (shared buffer)
-  double capture_ms = 0.0;          // build + capture + instantiate + upload, all slots
+  double capture_ms = 0.0;          // build + capture + instantiate + upload, all buffers
 };
 
 struct CudaExecutorMemory {
   std::size_t kv_cache_bytes = 0;
-  std::size_t workspace_bytes = 0;     // one buffer, sized for the largest need of any path
-  std::size_t slot_device_bytes = 0;   // fixed input/output buffers of every slot
-  std::size_t pinned_bytes = 0;        // staging of every slot
-  std::size_t graph_bytes = 0;         // sum of BucketGraphReport::graph_bytes
-  std::size_t total_device_bytes = 0;  // kv + workspace + slot buffers + graphs
-  double capture_ms = 0.0;             // every graph
-  int num_graphs = 0;                  // captured (bucket, path, slot) graphs; fixed after start
+  std::size_t workspace_bytes = 0;      // one buffer, sized for the largest need of any path
+  std::size_t buffer_device_bytes = 0;  // fixed input/output arrays of every pipeline buffer
+  std::size_t pinned_bytes = 0;         // staging of every pipeline buffer
+  std::size_t graph_bytes = 0;          // sum of BucketGraphReport::graph_bytes
+  std::size_t total_device_bytes = 0;   // kv + workspace + pipeline buffers + graphs
+  double capture_ms = 0.0;              // every graph
+  int num_graphs = 0;                   // captured (bucket, path, buffer) graphs; fixed after start
   std::vector<BucketGraphReport> graphs;
   std::string ToString() const;
 };

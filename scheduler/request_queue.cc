@@ -15,43 +15,43 @@ bool Later(const auto& a, const auto& b) { return a.deadline > b.deadline; }
 
 PendingQueue::PendingQueue(int num_levels) : levels_(num_levels) {}
 
-void PendingQueue::Push(Slot* slot) {
-  Level& level = levels_[slot->priority];
-  slot->prev = level.tail;
-  slot->next = nullptr;
+void PendingQueue::Push(RequestRecord* record) {
+  Level& level = levels_[record->priority];
+  record->prev = level.tail;
+  record->next = nullptr;
   if (level.tail != nullptr) {
-    level.tail->next = slot;
+    level.tail->next = record;
   } else {
-    level.head = slot;
+    level.head = record;
   }
-  level.tail = slot;
-  slot->in_pending = true;
-  slot->pending_token = ++next_token_;
+  level.tail = record;
+  record->in_pending = true;
+  record->pending_token = ++next_token_;
   ++size_;
-  if (slot->deadline_ns != kNever) {
-    deadlines_.push_back({slot->deadline_ns, slot, slot->pending_token});
+  if (record->deadline_ns != kNever) {
+    deadlines_.push_back({record->deadline_ns, record, record->pending_token});
     std::push_heap(deadlines_.begin(), deadlines_.end(), Later<DeadlineEntry, DeadlineEntry>);
     ++live_deadlines_;
     if (deadlines_.size() > 2 * live_deadlines_ + 1024) CompactDeadlines();
   }
 }
 
-void PendingQueue::Remove(Slot* slot) {
-  Level& level = levels_[slot->priority];
-  if (slot->prev != nullptr) {
-    slot->prev->next = slot->next;
+void PendingQueue::Remove(RequestRecord* record) {
+  Level& level = levels_[record->priority];
+  if (record->prev != nullptr) {
+    record->prev->next = record->next;
   } else {
-    level.head = slot->next;
+    level.head = record->next;
   }
-  if (slot->next != nullptr) {
-    slot->next->prev = slot->prev;
+  if (record->next != nullptr) {
+    record->next->prev = record->prev;
   } else {
-    level.tail = slot->prev;
+    level.tail = record->prev;
   }
-  slot->prev = slot->next = nullptr;
-  slot->in_pending = false;
+  record->prev = record->next = nullptr;
+  record->in_pending = false;
   --size_;
-  if (slot->deadline_ns != kNever) --live_deadlines_;
+  if (record->deadline_ns != kNever) --live_deadlines_;
 }
 
 ClockNanos PendingQueue::OldestSubmitNs() const {
@@ -77,13 +77,13 @@ ClockNanos PendingQueue::NextDeadlineNs() {
   return deadlines_.empty() ? kNever : deadlines_.front().deadline;
 }
 
-void PendingQueue::TakeExpired(ClockNanos now, std::vector<Slot*>* out) {
+void PendingQueue::TakeExpired(ClockNanos now, std::vector<RequestRecord*>* out) {
   while (!deadlines_.empty() && deadlines_.front().deadline <= now) {
     const DeadlineEntry e = deadlines_.front();
     PopDeadline();
     if (!Live(e)) continue;
-    Remove(e.slot);
-    out->push_back(e.slot);
+    Remove(e.record);
+    out->push_back(e.record);
   }
 }
 
@@ -102,7 +102,7 @@ bool PendingQueue::InsertKey(runtime::SequenceId sequence, int layer) {
   }
 }
 
-void PendingQueue::Select(int max, std::vector<Slot*>* out) {
+void PendingQueue::Select(int max, std::vector<RequestRecord*>* out) {
   const std::size_t want = std::bit_ceil(static_cast<std::size_t>(std::max(8, 2 * max)));
   if (keys_.size() < want) {
     keys_.assign(want, KeyCell{0, 0, 0});
@@ -114,7 +114,7 @@ void PendingQueue::Select(int max, std::vector<Slot*>* out) {
   }
   int taken = 0;
   for (const Level& level : levels_) {
-    for (Slot* s = level.head; s != nullptr && taken < max; s = s->next) {
+    for (RequestRecord* s = level.head; s != nullptr && taken < max; s = s->next) {
       if (InsertKey(s->sequence_id, s->layer)) {
         out->push_back(s);
         ++taken;

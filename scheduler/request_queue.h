@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "scheduler/clock.h"
-#include "scheduler/request_slot.h"
+#include "scheduler/request_record.h"
 
 namespace attnrt::scheduler::internal {
 
@@ -17,9 +17,9 @@ class PendingQueue {
  public:
   explicit PendingQueue(int num_levels);
 
-  // Appends to the FIFO of slot->priority (which must be a valid level).
-  void Push(Slot* slot);
-  void Remove(Slot* slot);
+  // Appends to the FIFO of record->priority (which must be a valid level).
+  void Push(RequestRecord* record);
+  void Remove(RequestRecord* record);
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   // Submit time of the oldest pending request; kNever when empty.
@@ -27,13 +27,13 @@ class PendingQueue {
   // The earliest deadline among pending requests; kNever when none has one.
   ClockNanos NextDeadlineNs();
   // Removes every request whose deadline is <= now, appending it to *out.
-  void TakeExpired(ClockNanos now, std::vector<Slot*>* out);
-  // Removes every request for which pred(slot) holds, appending it to *out.
+  void TakeExpired(ClockNanos now, std::vector<RequestRecord*>* out);
+  // Removes every request for which pred(record) holds, appending it to *out.
   template <class Pred>
-  void TakeIf(Pred pred, std::vector<Slot*>* out) {
+  void TakeIf(Pred pred, std::vector<RequestRecord*>* out) {
     for (Level& level : levels_) {
-      for (Slot* s = level.head; s != nullptr;) {
-        Slot* next = s->next;
+      for (RequestRecord* s = level.head; s != nullptr;) {
+        RequestRecord* next = s->next;
         if (pred(s)) {
           Remove(s);
           out->push_back(s);
@@ -45,20 +45,20 @@ class PendingQueue {
   // Appends up to `max` requests to *out in priority, then FIFO, order, skipping any whose
   // (sequence, layer) is already among them (the later one waits for a later batch). Removes
   // nothing.
-  void Select(int max, std::vector<Slot*>* out);
+  void Select(int max, std::vector<RequestRecord*>* out);
 
  private:
   struct Level {
-    Slot* head = nullptr;
-    Slot* tail = nullptr;
+    RequestRecord* head = nullptr;
+    RequestRecord* tail = nullptr;
   };
   struct DeadlineEntry {
     ClockNanos deadline;
-    Slot* slot;
+    RequestRecord* record;
     std::uint64_t token;
   };
   bool Live(const DeadlineEntry& e) const {
-    return e.slot->in_pending && e.slot->pending_token == e.token;
+    return e.record->in_pending && e.record->pending_token == e.token;
   }
   void PopDeadline();
   void CompactDeadlines();

@@ -1,4 +1,4 @@
-// Scheduler: intake (validate, copy into a pooled slot, enqueue lock-free), the batching thread
+// Scheduler: intake (validate, copy into a pooled record, enqueue lock-free), the batching thread
 // (drain intake, deadlines, cancellation, window, dispatch with pipelining) and completion on a
 // Boost.Asio pool. The semantics are documented in scheduler.h.
 //
@@ -38,32 +38,34 @@
 #include "concurrentqueue.h"
 #include "scheduler/batching_window.h"
 #include "scheduler/request_queue.h"
-#include "scheduler/request_slot.h"
+#include "scheduler/request_record.h"
 #include "scheduler/sequence_activity.h"
 
 namespace attnrt::scheduler {
 
 namespace internal {
 struct HandleAccess {
-  static RequestHandle Make(Slot* slot, std::uint64_t generation) {
-    return RequestHandle(slot, generation);
+  static RequestHandle Make(RequestRecord* record, std::uint64_t generation) {
+    return RequestHandle(record, generation);
   }
-  static Slot* SlotOf(const RequestHandle& h) { return static_cast<Slot*>(h.slot_); }
+  static RequestRecord* RecordOf(const RequestHandle& h) {
+    return static_cast<RequestRecord*>(h.slot_);
+  }
   static std::uint64_t GenerationOf(const RequestHandle& h) { return h.generation_; }
 };
 }  // namespace internal
 
 using internal::HandleAccess;
-using internal::Slot;
+using internal::RequestRecord;
 
 namespace {
 
 struct IntakeTraits : moodycamel::ConcurrentQueueDefaultTraits {
   static const std::size_t BLOCK_SIZE = 256;
 };
-using IntakeQueue = moodycamel::ConcurrentQueue<Slot*, IntakeTraits>;
+using IntakeQueue = moodycamel::ConcurrentQueue<RequestRecord*, IntakeTraits>;
 
-constexpr int kSlotsPerSlab = 256;
+constexpr int kRecordsPerSlab = 256;
 constexpr std::size_t kProducerCacheRefill = 32;
 constexpr std::size_t kIntakeBulk = 256;
 constexpr int kIntakeRoundsPerPass = 16;
@@ -97,7 +99,7 @@ struct Scheduler::Producer::State {
   State(Scheduler::Impl* impl, IntakeQueue* queue) : impl(impl), token(*queue) {}
   Scheduler::Impl* impl;
   moodycamel::ProducerToken token;
-  std::vector<Slot*> cache;
+  std::vector<RequestRecord*> cache;
 };
 
 class Scheduler::Impl final : public ClockListener {
@@ -121,10 +123,10 @@ class Scheduler::Impl final : public ClockListener {
                      .count()),
         // Device-visible staging for the working set: the batches in flight, two more forming,
         // and what the producers' caches hold; a backlog beyond that is staged on the heap.
-        pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kSlotsPerSlab,
+        pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kRecordsPerSlab,
               executor->staging_memory(),
               static_cast<std::size_t>(max_in_flight_ + 2) * options.max_batch_size +
-                  internal::SlotPool::kCachedSlots),
+                  internal::RecordPool::kCachedRecords),
         pending_(options.num_priority_levels),
         completion_pool_(static_cast<std::size_t>(options.completion_threads)) {}
 
@@ -174,43 +176,43 @@ class Scheduler::Impl final : public ClockListener {
     }
 
     activity_.Add(request.sequence_id);  // removed in Deliver, before the caller sees the result
-    Slot* slot;
+    RequestRecord* record;
     if (producer != nullptr) {
       if (producer->cache.empty()) {
         producer->cache.resize(kProducerCacheRefill);
         pool_.AcquireBulk(producer->cache.data(), kProducerCacheRefill);
       }
-      slot = producer->cache.back();
+      record = producer->cache.back();
       producer->cache.pop_back();
     } else {
-      slot = pool_.Acquire();
+      record = pool_.Acquire();
     }
-    slot->sequence_id = request.sequence_id;
-    slot->layer = request.layer;
-    slot->priority = request.priority;
-    slot->submit_ns = now;
-    slot->deadline_ns = timeout_ns > 0 ? now + timeout_ns : kNever;
-    slot->out_dest = request.out;
-    slot->lse_dest = request.lse;
-    slot->want_lse = request.want_lse;
-    std::memcpy(slot->q, request.q.data(), q_elems_ * sizeof(Half));
-    std::memcpy(slot->k, request.k.data(), kv_elems_ * sizeof(Half));
-    std::memcpy(slot->v, request.v.data(), kv_elems_ * sizeof(Half));
+    record->sequence_id = request.sequence_id;
+    record->layer = request.layer;
+    record->priority = request.priority;
+    record->submit_ns = now;
+    record->deadline_ns = timeout_ns > 0 ? now + timeout_ns : kNever;
+    record->out_dest = request.out;
+    record->lse_dest = request.lse;
+    record->want_lse = request.want_lse;
+    std::memcpy(record->q, request.q.data(), q_elems_ * sizeof(Half));
+    std::memcpy(record->k, request.k.data(), kv_elems_ * sizeof(Half));
+    std::memcpy(record->v, request.v.data(), kv_elems_ * sizeof(Half));
     if (done != nullptr) {
-      slot->callback = std::move(*done);
+      record->callback = std::move(*done);
     } else {
-      slot->promise.emplace();
-      *future = slot->promise->get_future();
+      record->promise.emplace();
+      *future = record->promise->get_future();
     }
     const std::uint64_t generation =
-        internal::GenerationOf(slot->state.load(std::memory_order_relaxed));
-    slot->state.store((generation << internal::kGenerationShift) | internal::kPhaseQueued,
+        internal::GenerationOf(record->state.load(std::memory_order_relaxed));
+    record->state.store((generation << internal::kGenerationShift) | internal::kPhaseQueued,
                       std::memory_order_relaxed);
-    const ClockNanos deadline = slot->deadline_ns;  // the slot is not ours after the enqueue
+    const ClockNanos deadline = record->deadline_ns;  // the record is not ours after the enqueue
     if (producer != nullptr) {
-      intake_.enqueue(producer->token, slot);
+      intake_.enqueue(producer->token, record);
     } else {
-      intake_.enqueue(slot);
+      intake_.enqueue(record);
     }
 
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -220,21 +222,21 @@ class Scheduler::Impl final : public ClockListener {
          deadline < wake_deadline_before_.load(std::memory_order_relaxed))) {
       Wake();
     }
-    return HandleAccess::Make(slot, generation);
+    return HandleAccess::Make(record, generation);
   }
 
   bool Cancel(const RequestHandle& handle) {
-    Slot* slot = HandleAccess::SlotOf(handle);
-    if (slot == nullptr) return false;
+    RequestRecord* record = HandleAccess::RecordOf(handle);
+    if (record == nullptr) return false;
     const std::uint64_t generation = HandleAccess::GenerationOf(handle);
-    std::uint64_t state = slot->state.load(std::memory_order_acquire);
+    std::uint64_t state = record->state.load(std::memory_order_acquire);
     while (true) {
       if (internal::GenerationOf(state) != generation ||
           (state & internal::kPhaseMask) != internal::kPhaseQueued) {
         return false;
       }
       if (state & internal::kCancelBit) return true;  // already requested
-      if (slot->state.compare_exchange_weak(state, state | internal::kCancelBit,
+      if (record->state.compare_exchange_weak(state, state | internal::kCancelBit,
                                             std::memory_order_acq_rel)) {
         break;
       }
@@ -406,7 +408,7 @@ class Scheduler::Impl final : public ClockListener {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // 1 us: the window is tens of microseconds
 #endif
     moodycamel::ConsumerToken consumer(intake_);
-    std::vector<Slot*> buffer(kIntakeBulk);
+    std::vector<RequestRecord*> buffer(kIntakeBulk);
     std::uint64_t seen_cancel_epoch = 0;
     while (true) {
       const std::uint64_t sync_epoch = sync_requested_.load(std::memory_order_acquire);
@@ -422,16 +424,16 @@ class Scheduler::Impl final : public ClockListener {
                           (n = intake_.try_dequeue_bulk(consumer, buffer.data(), buffer.size())) > 0;
            ++round) {
         for (std::size_t i = 0; i < n; ++i) {
-          Slot* slot = buffer[i];
-          const std::uint64_t state = slot->state.load(std::memory_order_acquire);
+          RequestRecord* record = buffer[i];
+          const std::uint64_t state = record->state.load(std::memory_order_acquire);
           if (state & internal::kCancelBit) {
-            Finish(slot, Outcome::kCancelled);
+            Finish(record, Outcome::kCancelled);
             ++left_queue;
-          } else if (slot->deadline_ns <= now) {
-            Finish(slot, Outcome::kTimedOut);
+          } else if (record->deadline_ns <= now) {
+            Finish(record, Outcome::kTimedOut);
             ++left_queue;
           } else {
-            pending_.Push(slot);
+            pending_.Push(record);
           }
         }
       }
@@ -441,22 +443,23 @@ class Scheduler::Impl final : public ClockListener {
         seen_cancel_epoch = cancel_epoch;
         scratch_.clear();
         pending_.TakeIf(
-            [](Slot* s) { return (s->state.load(std::memory_order_acquire) &
-                                  internal::kCancelBit) != 0; },
+            [](RequestRecord* s) {
+              return (s->state.load(std::memory_order_acquire) & internal::kCancelBit) != 0;
+            },
             &scratch_);
-        for (Slot* s : scratch_) Finish(s, Outcome::kCancelled);
+        for (RequestRecord* s : scratch_) Finish(s, Outcome::kCancelled);
         left_queue += static_cast<std::int64_t>(scratch_.size());
       }
       // 3. Deadlines.
       scratch_.clear();
       pending_.TakeExpired(now, &scratch_);
-      for (Slot* s : scratch_) Finish(s, Outcome::kTimedOut);
+      for (RequestRecord* s : scratch_) Finish(s, Outcome::kTimedOut);
       left_queue += static_cast<std::int64_t>(scratch_.size());
       // 4. Shutdown fails everything still queued; otherwise dispatch by the window.
       if (shutting_down) {
         scratch_.clear();
-        pending_.TakeIf([](Slot*) { return true; }, &scratch_);
-        for (Slot* s : scratch_) Finish(s, Outcome::kShutDown);
+        pending_.TakeIf([](RequestRecord*) { return true; }, &scratch_);
+        for (RequestRecord* s : scratch_) Finish(s, Outcome::kShutDown);
         left_queue += static_cast<std::int64_t>(scratch_.size());
       } else {
         left_queue += DispatchReady(now, flush);
@@ -479,8 +482,8 @@ class Scheduler::Impl final : public ClockListener {
     sync_cv_.notify_all();
   }
 
-  // Dispatches batches while an in-flight slot is free and the window says so. Returns how many
-  // requests left the pending lists.
+  // Dispatches batches while fewer than max_in_flight batches are in flight and the window says
+  // so. Returns how many requests left the pending lists.
   std::int64_t DispatchReady(ClockNanos now, bool flush) {
     std::int64_t left = 0;
     const int min_preferred = window_.preferred_sizes().front();
@@ -501,7 +504,7 @@ class Scheduler::Impl final : public ClockListener {
   }
 
   struct InFlightBatch {
-    std::vector<Slot*> slots;
+    std::vector<RequestRecord*> records;
     ClockNanos dispatch_ns = 0;
   };
 
@@ -510,11 +513,11 @@ class Scheduler::Impl final : public ClockListener {
     auto batch_state = std::make_unique<InFlightBatch>();
     runtime::Batch batch;
     batch.requests.reserve(selected_.size());
-    batch_state->slots.reserve(selected_.size());
-    for (Slot* slot : selected_) {
-      pending_.Remove(slot);
+    batch_state->records.reserve(selected_.size());
+    for (RequestRecord* record : selected_) {
+      pending_.Remove(record);
       // The last cancellation check: after this CAS the request belongs to the executor.
-      std::uint64_t state = slot->state.load(std::memory_order_acquire);
+      std::uint64_t state = record->state.load(std::memory_order_acquire);
       bool cancelled = false;
       while (true) {
         if (state & internal::kCancelBit) {
@@ -523,38 +526,39 @@ class Scheduler::Impl final : public ClockListener {
         }
         const std::uint64_t dispatched =
             (state & ~internal::kPhaseMask) | internal::kPhaseDispatched;
-        if (slot->state.compare_exchange_weak(state, dispatched, std::memory_order_acq_rel)) {
+        if (record->state.compare_exchange_weak(state, dispatched, std::memory_order_acq_rel)) {
           break;
         }
       }
       if (cancelled) {
-        Finish(slot, Outcome::kCancelled);
+        Finish(record, Outcome::kCancelled);
         continue;
       }
       runtime::BatchRequest r;
-      r.sequence_id = slot->sequence_id;
-      r.layer = slot->layer;
-      r.q = slot->q;
-      r.k = slot->k;
-      r.v = slot->v;
-      const bool lse_wanted = slot->lse_dest != nullptr || slot->want_lse;
-      if (slot->device_visible) {
-        // The device reads q/k/v and writes out/lse in the slot's staging; Deliver copies to a
+      r.sequence_id = record->sequence_id;
+      r.layer = record->layer;
+      r.q = record->q;
+      r.k = record->k;
+      r.v = record->v;
+      const bool lse_wanted = record->lse_dest != nullptr || record->want_lse;
+      if (record->device_visible) {
+        // The device reads q/k/v and writes out/lse in the record's staging; Deliver copies to a
         // caller-given destination (ordinary memory the device may not reach).
         r.memory = runtime::MemoryKind::kDevice;
-        r.out = slot->out;
-        r.lse = lse_wanted ? slot->lse : nullptr;
+        r.out = record->out;
+        r.lse = lse_wanted ? record->lse : nullptr;
       } else {
         // Caller-given destinations are written by the executor directly (no extra copy).
         r.memory = runtime::MemoryKind::kHost;
-        r.out = slot->out_dest != nullptr ? slot->out_dest : slot->out;
-        r.lse = slot->lse_dest != nullptr ? slot->lse_dest : (lse_wanted ? slot->lse : nullptr);
+        r.out = record->out_dest != nullptr ? record->out_dest : record->out;
+        r.lse = record->lse_dest != nullptr ? record->lse_dest
+                                            : (lse_wanted ? record->lse : nullptr);
       }
       batch.requests.push_back(r);
-      batch_state->slots.push_back(slot);
-      metrics_.queue_delay_ns.Record(static_cast<std::uint64_t>(now - slot->submit_ns));
+      batch_state->records.push_back(record);
+      metrics_.queue_delay_ns.Record(static_cast<std::uint64_t>(now - record->submit_ns));
     }
-    const int size = static_cast<int>(batch_state->slots.size());
+    const int size = static_cast<int>(batch_state->records.size());
     if (size == 0) return;
     metrics_.batch_size.Record(size);
     if (Logger().should_log(spdlog::level::debug)) {
@@ -587,7 +591,7 @@ class Scheduler::Impl final : public ClockListener {
   void OnBatchDone(InFlightBatch* batch, std::vector<Status> per_request) {
     std::unique_ptr<InFlightBatch> owned(batch);
     metrics_.executor_time_ns.Record(static_cast<std::uint64_t>(clock_->Now() - batch->dispatch_ns));
-    const std::size_t size = owned->slots.size();
+    const std::size_t size = owned->records.size();
     if (per_request.size() != size) {
       per_request.assign(size, InternalError("executor reported " +
                                              std::to_string(per_request.size()) +
@@ -599,8 +603,8 @@ class Scheduler::Impl final : public ClockListener {
     // path. Callbacks, and large batches, go to the pool.
     const bool inline_delivery =
         size <= kInlineDeliveryMax &&
-        std::none_of(owned->slots.begin(), owned->slots.end(),
-                     [](const Slot* slot) { return static_cast<bool>(slot->callback); });
+        std::none_of(owned->records.begin(), owned->records.end(),
+                     [](const RequestRecord* r) { return static_cast<bool>(r->callback); });
     if (!inline_delivery) {
       boost::asio::post(completion_pool_, [this, state = std::shared_ptr<InFlightBatch>(
                                                      std::move(owned)),
@@ -627,78 +631,78 @@ class Scheduler::Impl final : public ClockListener {
     // Counted before delivery, so a caller holding its result sees itself counted.
     std::uint64_t failed = 0;
     for (const Status& s : per_request) failed += s.ok() ? 0 : 1;
-    metrics_.completed.fetch_add(batch->slots.size(), std::memory_order_relaxed);
+    metrics_.completed.fetch_add(batch->records.size(), std::memory_order_relaxed);
     if (failed) metrics_.failed.fetch_add(failed, std::memory_order_relaxed);
-    for (std::size_t i = 0; i < batch->slots.size(); ++i) {
-      Deliver(batch->slots[i], std::move(per_request[i]), now);
+    for (std::size_t i = 0; i < batch->records.size(); ++i) {
+      Deliver(batch->records[i], std::move(per_request[i]), now);
     }
-    pool_.ReleaseBulk(batch->slots.data(), batch->slots.size());
+    pool_.ReleaseBulk(batch->records.data(), batch->records.size());
     FinishTask();
   }
 
-  void Deliver(Slot* slot, Status status, ClockNanos now) {
+  void Deliver(RequestRecord* record, Status status, ClockNanos now) {
     DecodeResult result;
     if (status.ok()) {
-      if (slot->device_visible && slot->out_dest != nullptr) {
-        std::memcpy(slot->out_dest, slot->out, q_elems_ * sizeof(Half));
+      if (record->device_visible && record->out_dest != nullptr) {
+        std::memcpy(record->out_dest, record->out, q_elems_ * sizeof(Half));
       }
-      if (slot->device_visible && slot->lse_dest != nullptr) {
-        std::memcpy(slot->lse_dest, slot->lse, shape_.num_q_heads * sizeof(float));
+      if (record->device_visible && record->lse_dest != nullptr) {
+        std::memcpy(record->lse_dest, record->lse, shape_.num_q_heads * sizeof(float));
       }
       // resize + memcpy: Half is not trivial (default member initialiser), so assign() would
       // copy element by element.
-      if (slot->out_dest == nullptr) {
+      if (record->out_dest == nullptr) {
         result.output.resize(q_elems_);
-        std::memcpy(result.output.data(), slot->out, q_elems_ * sizeof(Half));
+        std::memcpy(result.output.data(), record->out, q_elems_ * sizeof(Half));
       }
-      if (slot->lse_dest == nullptr && slot->want_lse) {
-        result.lse.assign(slot->lse, slot->lse + shape_.num_q_heads);
+      if (record->lse_dest == nullptr && record->want_lse) {
+        result.lse.assign(record->lse, record->lse + shape_.num_q_heads);
       }
     }
     result.status = std::move(status);
-    activity_.Remove(slot->sequence_id);
+    activity_.Remove(record->sequence_id);
     // From here on Cancel() of this request returns false.
-    slot->state.fetch_or(internal::kPhaseDone, std::memory_order_acq_rel);
-    metrics_.latency_ns.Record(static_cast<std::uint64_t>(std::max<ClockNanos>(0, now - slot->submit_ns)));
-    if (slot->callback) {
+    record->state.fetch_or(internal::kPhaseDone, std::memory_order_acq_rel);
+    metrics_.latency_ns.Record(static_cast<std::uint64_t>(std::max<ClockNanos>(0, now - record->submit_ns)));
+    if (record->callback) {
       try {
-        slot->callback(std::move(result));
+        record->callback(std::move(result));
       } catch (const std::exception& e) {
         Logger().error("scheduler: a done callback threw: {}", e.what());
       } catch (...) {
         Logger().error("scheduler: a done callback threw a non-std exception");
       }
-      slot->callback = nullptr;
+      record->callback = nullptr;
     } else {
-      slot->promise->set_value(std::move(result));
-      slot->promise.reset();
+      record->promise->set_value(std::move(result));
+      record->promise.reset();
     }
   }
 
   // Requests that end without the executor: grouped per pass, delivered on the pool.
-  void Finish(Slot* slot, Outcome outcome) {
+  void Finish(RequestRecord* record, Outcome outcome) {
     // Claim the request (Cancel() returns false from here on); a cancel that got in first wins,
     // so a true Cancel() always means a Cancelled result.
     const std::uint64_t before =
-        slot->state.fetch_or(internal::kPhaseDone, std::memory_order_acq_rel);
+        record->state.fetch_or(internal::kPhaseDone, std::memory_order_acq_rel);
     if (before & internal::kCancelBit) outcome = Outcome::kCancelled;
     switch (outcome) {
       case Outcome::kCancelled:
         metrics_.cancelled.fetch_add(1, std::memory_order_relaxed);
-        finished_.emplace_back(slot, CancelledError("request cancelled before dispatch"));
+        finished_.emplace_back(record, CancelledError("request cancelled before dispatch"));
         break;
       case Outcome::kTimedOut:
         metrics_.timed_out.fetch_add(1, std::memory_order_relaxed);
         finished_.emplace_back(
-            slot, DeadlineExceededError(
-                      "request (sequence_id " + std::to_string(slot->sequence_id) + ", layer " +
-                      std::to_string(slot->layer) + ") passed its deadline of " +
-                      std::to_string((slot->deadline_ns - slot->submit_ns) / 1000) +
+            record, DeadlineExceededError(
+                      "request (sequence_id " + std::to_string(record->sequence_id) + ", layer " +
+                      std::to_string(record->layer) + ") passed its deadline of " +
+                      std::to_string((record->deadline_ns - record->submit_ns) / 1000) +
                       "us before dispatch"));
         break;
       case Outcome::kShutDown:
         metrics_.shut_down.fetch_add(1, std::memory_order_relaxed);
-        finished_.emplace_back(slot, UnavailableError("scheduler shut down before dispatch"));
+        finished_.emplace_back(record, UnavailableError("scheduler shut down before dispatch"));
         break;
     }
   }
@@ -708,13 +712,13 @@ class Scheduler::Impl final : public ClockListener {
     completion_tasks_.fetch_add(1, std::memory_order_acq_rel);
     boost::asio::post(completion_pool_, [this, group = std::move(finished_)]() mutable {
       const ClockNanos now = clock_->Now();
-      std::vector<Slot*> slots;
-      slots.reserve(group.size());
-      for (auto& [slot, status] : group) {
-        Deliver(slot, std::move(status), now);
-        slots.push_back(slot);
+      std::vector<RequestRecord*> records;
+      records.reserve(group.size());
+      for (auto& [record, status] : group) {
+        Deliver(record, std::move(status), now);
+        records.push_back(record);
       }
-      pool_.ReleaseBulk(slots.data(), slots.size());
+      pool_.ReleaseBulk(records.data(), records.size());
       FinishTask();
     });
     finished_.clear();
@@ -761,9 +765,9 @@ class Scheduler::Impl final : public ClockListener {
 
   // Sleeps until woken or the earliest time something can happen without new input.
   void Sleep(ClockNanos now, bool closing) {
-    const bool slot_free = in_flight_.load(std::memory_order_acquire) < max_in_flight_;
+    const bool can_dispatch = in_flight_.load(std::memory_order_acquire) < max_in_flight_;
     ClockNanos window_at = kNever;
-    if (slot_free && !pending_.empty()) {
+    if (can_dispatch && !pending_.empty()) {
       window_at = pending_.OldestSubmitNs() + window_.max_queue_delay_ns();
     }
     const ClockNanos deadline_at = pending_.NextDeadlineNs();
@@ -773,12 +777,12 @@ class Scheduler::Impl final : public ClockListener {
     // What a producer's new request must cross to wake us (see the file comment).
     if (closing) {
       wake_depth_.store(0, std::memory_order_relaxed);
-    } else if (slot_free) {
+    } else if (can_dispatch) {
       wake_depth_.store(window_.preferred_sizes().front(), std::memory_order_relaxed);
     } else {
       wake_depth_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
     }
-    wake_window_before_.store(slot_free ? window_at : std::numeric_limits<std::int64_t>::min(),
+    wake_window_before_.store(can_dispatch ? window_at : std::numeric_limits<std::int64_t>::min(),
                               std::memory_order_relaxed);
     wake_deadline_before_.store(deadline_at, std::memory_order_relaxed);
     sleeping_.store(true, std::memory_order_seq_cst);
@@ -811,7 +815,7 @@ class Scheduler::Impl final : public ClockListener {
   const ClockNanos default_timeout_ns_;
   const ClockNanos spin_ns_;
 
-  internal::SlotPool pool_;
+  internal::RecordPool pool_;
   IntakeQueue intake_;
   internal::SequenceActivity activity_;
   SchedulerMetrics metrics_;
@@ -857,9 +861,9 @@ class Scheduler::Impl final : public ClockListener {
 
   // Batching thread only.
   internal::PendingQueue pending_;
-  std::vector<Slot*> selected_;
-  std::vector<Slot*> scratch_;
-  std::vector<std::pair<Slot*, Status>> finished_;
+  std::vector<RequestRecord*> selected_;
+  std::vector<RequestRecord*> scratch_;
+  std::vector<std::pair<RequestRecord*, Status>> finished_;
 
   boost::asio::thread_pool completion_pool_;
   std::thread thread_;

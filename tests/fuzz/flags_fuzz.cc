@@ -103,7 +103,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
   int max_queue_size = 1 << 16;
   int heads = 32, kv_heads = 8, head_dim = 128, block_size = 16, context = 512, sequences = 1024;
   std::string json;
-  int criteria_batch = 0, criteria_window_us = 200, producers = 1, slots = 3;
+  int criteria_batch = 0, criteria_window_us = 200, producers = 1, buffers = 3;
   bool staging_memory = false, no_sweep = false;
   int inject_failures_every = 0;
   std::string inject_failure_kind = "error";
@@ -127,7 +127,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
     f.Int("--criteria-window-us", &criteria_window_us, "criteria window");
     f.Int("--producers", &producers, "producer threads", 1, 64);
     f.Bool("--staging-memory", &staging_memory, "staging memory");
-    f.Int("--slots", &slots, "pieces in flight", 2, 16);
+    f.Int("--buffers", &buffers, "pipeline buffers", 2, 16);
     f.Bool("--no-sweep", &no_sweep, "skip the sweep");
     f.Int("--inject-failures-every", &inject_failures_every, "testing only", 0, 1 << 30);
     f.Choice("--inject-failure-kind", &inject_failure_kind, {"error", "output"}, "testing only");
@@ -231,7 +231,7 @@ const std::vector<std::string>& Names() {
       "--help", "-h", "--device", "--rates", "--windows-us", "--max-batches", "--duration",
       "--p99-slo-us", "--max-queue-size", "--heads", "--kv-heads", "--head-dim", "--block-size",
       "--context", "--sequences", "--json", "--criteria", "--criteria-window-us", "--producers",
-      "--staging-memory", "--slots", "--no-sweep", "--inject-failures-every",
+      "--staging-memory", "--buffers", "--no-sweep", "--inject-failures-every",
       "--inject-failure-kind", "--bind", "--port", "--allow-remote", "--threads", "--layers",
       "--max-context", "--window-us", "--max-batch", "--kv-cache-mb", "--max-seconds",
       "--max-connections", "--max-pending-mb", "--max-reply-backlog-kb", "--frame-timeout-ms",

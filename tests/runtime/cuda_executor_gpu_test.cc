@@ -434,9 +434,9 @@ TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   const std::size_t gemm_tpads = kernels::GemmPathTpadBuckets(ex->shape()).size();
   EXPECT_EQ(m.graphs.size(), ex->buckets().size() * (ex->paths().size() - 1 + gemm_tpads));
   EXPECT_GT(m.kv_cache_bytes, 0u);
-  EXPECT_GT(m.slot_device_bytes, 0u);
+  EXPECT_GT(m.buffer_device_bytes, 0u);
   EXPECT_GT(m.pinned_bytes, 0u);
-  EXPECT_GE(m.total_device_bytes, m.kv_cache_bytes + m.slot_device_bytes + m.workspace_bytes);
+  EXPECT_GE(m.total_device_bytes, m.kv_cache_bytes + m.buffer_device_bytes + m.workspace_bytes);
   EXPECT_EQ(m.graphs.front().bucket, ex->buckets().back()) << "largest bucket captured first";
   std::printf("%s", m.ToString().c_str());
   EXPECT_EQ(ex->SelectPath("nope").code(), StatusCode::kNotFound);
@@ -446,7 +446,7 @@ TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   o.paths = {"no_such_path"};
   EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kNotFound);
   o.paths = {"gemm"};
-  o.num_slots = 1;
+  o.num_buffers = 1;
   EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kInvalidArgument);
 }
 

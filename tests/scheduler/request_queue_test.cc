@@ -11,10 +11,10 @@ namespace {
 
 class PendingQueueTest : public ::testing::Test {
  protected:
-  Slot* Make(runtime::SequenceId seq, int layer, int priority, ClockNanos submit,
+  RequestRecord* Make(runtime::SequenceId seq, int layer, int priority, ClockNanos submit,
              ClockNanos deadline = kNever) {
-    slots_.emplace_back();
-    Slot* s = &slots_.back();
+    records_.emplace_back();
+    RequestRecord* s = &records_.back();
     s->sequence_id = seq;
     s->layer = layer;
     s->priority = priority;
@@ -22,48 +22,48 @@ class PendingQueueTest : public ::testing::Test {
     s->deadline_ns = deadline;
     return s;
   }
-  std::vector<Slot*> Select(PendingQueue& q, int max) {
-    std::vector<Slot*> out;
+  std::vector<RequestRecord*> Select(PendingQueue& q, int max) {
+    std::vector<RequestRecord*> out;
     q.Select(max, &out);
     return out;
   }
-  std::deque<Slot> slots_;
+  std::deque<RequestRecord> records_;
 };
 
 TEST_F(PendingQueueTest, SelectTakesHigherPriorityFirstThenFifo) {
   PendingQueue q(3);
-  Slot* a = Make(1, 0, 2, 10);
-  Slot* b = Make(2, 0, 0, 20);
-  Slot* c = Make(3, 0, 1, 30);
-  Slot* d = Make(4, 0, 0, 40);
-  for (Slot* s : {a, b, c, d}) q.Push(s);
+  RequestRecord* a = Make(1, 0, 2, 10);
+  RequestRecord* b = Make(2, 0, 0, 20);
+  RequestRecord* c = Make(3, 0, 1, 30);
+  RequestRecord* d = Make(4, 0, 0, 40);
+  for (RequestRecord* s : {a, b, c, d}) q.Push(s);
   EXPECT_EQ(q.size(), 4u);
   EXPECT_EQ(q.OldestSubmitNs(), 10);
-  EXPECT_EQ(Select(q, 10), (std::vector<Slot*>{b, d, c, a}));
-  EXPECT_EQ(Select(q, 3), (std::vector<Slot*>{b, d, c}));
+  EXPECT_EQ(Select(q, 10), (std::vector<RequestRecord*>{b, d, c, a}));
+  EXPECT_EQ(Select(q, 3), (std::vector<RequestRecord*>{b, d, c}));
   EXPECT_EQ(q.size(), 4u);  // Select removes nothing
 }
 
 TEST_F(PendingQueueTest, SelectSkipsASecondRequestOfOneSequenceAndLayer) {
   PendingQueue q(1);
-  Slot* a1 = Make(7, 0, 0, 1);
-  Slot* a2 = Make(7, 0, 0, 2);  // same (sequence, layer): must wait for the next batch
-  Slot* b = Make(7, 1, 0, 3);   // other layer of the same sequence: fine
-  Slot* c = Make(8, 0, 0, 4);
-  for (Slot* s : {a1, a2, b, c}) q.Push(s);
-  EXPECT_EQ(Select(q, 8), (std::vector<Slot*>{a1, b, c}));
+  RequestRecord* a1 = Make(7, 0, 0, 1);
+  RequestRecord* a2 = Make(7, 0, 0, 2);  // same (sequence, layer): must wait for the next batch
+  RequestRecord* b = Make(7, 1, 0, 3);   // other layer of the same sequence: fine
+  RequestRecord* c = Make(8, 0, 0, 4);
+  for (RequestRecord* s : {a1, a2, b, c}) q.Push(s);
+  EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{a1, b, c}));
   q.Remove(a1);
-  EXPECT_EQ(Select(q, 8), (std::vector<Slot*>{a2, b, c}));
+  EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{a2, b, c}));
 }
 
 TEST_F(PendingQueueTest, RemoveFromMiddleKeepsOrderAndOldest) {
   PendingQueue q(1);
-  Slot* a = Make(1, 0, 0, 5);
-  Slot* b = Make(2, 0, 0, 6);
-  Slot* c = Make(3, 0, 0, 7);
-  for (Slot* s : {a, b, c}) q.Push(s);
+  RequestRecord* a = Make(1, 0, 0, 5);
+  RequestRecord* b = Make(2, 0, 0, 6);
+  RequestRecord* c = Make(3, 0, 0, 7);
+  for (RequestRecord* s : {a, b, c}) q.Push(s);
   q.Remove(b);
-  EXPECT_EQ(Select(q, 8), (std::vector<Slot*>{a, c}));
+  EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{a, c}));
   q.Remove(a);
   EXPECT_EQ(q.OldestSubmitNs(), 7);
   q.Remove(c);
@@ -73,64 +73,64 @@ TEST_F(PendingQueueTest, RemoveFromMiddleKeepsOrderAndOldest) {
 
 TEST_F(PendingQueueTest, ExpiredRequestsLeaveInDeadlineOrderAndStaleEntriesAreSkipped) {
   PendingQueue q(2);
-  Slot* a = Make(1, 0, 0, 0, 300);
-  Slot* b = Make(2, 0, 1, 0, 100);
-  Slot* c = Make(3, 0, 0, 0, 200);
-  Slot* d = Make(4, 0, 0, 0);  // no deadline
-  for (Slot* s : {a, b, c, d}) q.Push(s);
+  RequestRecord* a = Make(1, 0, 0, 0, 300);
+  RequestRecord* b = Make(2, 0, 1, 0, 100);
+  RequestRecord* c = Make(3, 0, 0, 0, 200);
+  RequestRecord* d = Make(4, 0, 0, 0);  // no deadline
+  for (RequestRecord* s : {a, b, c, d}) q.Push(s);
   EXPECT_EQ(q.NextDeadlineNs(), 100);
   q.Remove(b);  // dispatched: its heap entry is stale now
   EXPECT_EQ(q.NextDeadlineNs(), 200);
-  std::vector<Slot*> expired;
+  std::vector<RequestRecord*> expired;
   q.TakeExpired(250, &expired);
-  EXPECT_EQ(expired, (std::vector<Slot*>{c}));
+  EXPECT_EQ(expired, (std::vector<RequestRecord*>{c}));
   EXPECT_EQ(q.size(), 2u);
   expired.clear();
   q.TakeExpired(1000, &expired);
-  EXPECT_EQ(expired, (std::vector<Slot*>{a}));
+  EXPECT_EQ(expired, (std::vector<RequestRecord*>{a}));
   EXPECT_EQ(q.NextDeadlineNs(), kNever);
-  EXPECT_EQ(Select(q, 8), (std::vector<Slot*>{d}));
+  EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{d}));
 }
 
 TEST_F(PendingQueueTest, ReusedSlotIsNotExpiredByItsOldHeapEntry) {
   PendingQueue q(1);
-  Slot* a = Make(1, 0, 0, 0, 100);
+  RequestRecord* a = Make(1, 0, 0, 0, 100);
   q.Push(a);
   q.Remove(a);
-  a->deadline_ns = 500;  // the slot comes back as a new request
+  a->deadline_ns = 500;  // the record comes back as a new request
   q.Push(a);
-  std::vector<Slot*> expired;
+  std::vector<RequestRecord*> expired;
   q.TakeExpired(200, &expired);
   EXPECT_TRUE(expired.empty());
   q.TakeExpired(500, &expired);
-  EXPECT_EQ(expired, (std::vector<Slot*>{a}));
+  EXPECT_EQ(expired, (std::vector<RequestRecord*>{a}));
 }
 
 TEST_F(PendingQueueTest, TakeIfRemovesMatching) {
   PendingQueue q(2);
-  Slot* a = Make(1, 0, 0, 0);
-  Slot* b = Make(2, 0, 1, 0);
-  Slot* c = Make(3, 0, 1, 0);
-  for (Slot* s : {a, b, c}) q.Push(s);
-  std::vector<Slot*> out;
-  q.TakeIf([&](Slot* s) { return s != b; }, &out);
-  EXPECT_EQ(out, (std::vector<Slot*>{a, c}));
-  EXPECT_EQ(Select(q, 8), (std::vector<Slot*>{b}));
+  RequestRecord* a = Make(1, 0, 0, 0);
+  RequestRecord* b = Make(2, 0, 1, 0);
+  RequestRecord* c = Make(3, 0, 1, 0);
+  for (RequestRecord* s : {a, b, c}) q.Push(s);
+  std::vector<RequestRecord*> out;
+  q.TakeIf([&](RequestRecord* s) { return s != b; }, &out);
+  EXPECT_EQ(out, (std::vector<RequestRecord*>{a, c}));
+  EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{b}));
 }
 
 TEST_F(PendingQueueTest, ManyDispatchedRequestsDoNotGrowTheDeadlineHeapWithoutBound) {
   PendingQueue q(1);
   // 100k requests pass through with far deadlines; the heap is compacted as they leave.
   for (int i = 0; i < 100000; ++i) {
-    Slot* s = Make(i, 0, 0, i, 1'000'000'000 + i);
+    RequestRecord* s = Make(i, 0, 0, i, 1'000'000'000 + i);
     q.Push(s);
     q.Remove(s);
   }
-  Slot* last = Make(1, 0, 0, 0, 5);
+  RequestRecord* last = Make(1, 0, 0, 0, 5);
   q.Push(last);
-  std::vector<Slot*> expired;
+  std::vector<RequestRecord*> expired;
   q.TakeExpired(10, &expired);
-  EXPECT_EQ(expired, (std::vector<Slot*>{last}));
+  EXPECT_EQ(expired, (std::vector<RequestRecord*>{last}));
   EXPECT_TRUE(q.empty());
 }
 

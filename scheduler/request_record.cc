@@ -1,7 +1,7 @@
-// SlotPool: slabs of slots with their staging carved from one 64-byte-aligned block per slab; the
-// free list is a lock-free moodycamel queue, growth takes a mutex (rare: only past the high-water
-// mark of live requests).
-#include "scheduler/request_slot.h"
+// RecordPool: slabs of request records with their staging carved from one 64-byte-aligned block
+// per slab; the free list is a lock-free moodycamel queue, growth takes a mutex (rare: only past
+// the high-water mark of live requests).
+#include "scheduler/request_record.h"
 
 #include <functional>
 #include <new>
@@ -14,14 +14,14 @@ constexpr std::size_t kAlign = 64;
 std::size_t RoundUp(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-struct SlotPool::Slab {
-  Slab(std::size_t slots, std::size_t stride, runtime::StagingMemory* memory)
-      : count(slots), slots(new Slot[slots]) {
-    if (memory != nullptr) staging = static_cast<std::byte*>(memory->Allocate(slots * stride));
+struct RecordPool::Slab {
+  Slab(std::size_t n, std::size_t stride, runtime::StagingMemory* memory)
+      : count(n), records(new RequestRecord[n]) {
+    if (memory != nullptr) staging = static_cast<std::byte*>(memory->Allocate(n * stride));
     if (staging != nullptr) {
       staging_memory = memory;  // 256-byte aligned or better (pinned allocations are pages)
     } else {
-      staging = static_cast<std::byte*>(::operator new(slots * stride, std::align_val_t{kAlign}));
+      staging = static_cast<std::byte*>(::operator new(n * stride, std::align_val_t{kAlign}));
     }
   }
   ~Slab() {
@@ -32,46 +32,47 @@ struct SlotPool::Slab {
     }
   }
   std::size_t count;
-  std::unique_ptr<Slot[]> slots;
+  std::unique_ptr<RequestRecord[]> records;
   std::byte* staging = nullptr;
   runtime::StagingMemory* staging_memory = nullptr;  // null: heap memory
 };
 
-SlotPool::SlotPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems,
-                   int slab_slots, runtime::StagingMemory* staging, std::size_t staged_slots)
+RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems,
+                       int slab_records, runtime::StagingMemory* staging,
+                       std::size_t staged_records)
     : q_elems_(q_elems),
       kv_elems_(kv_elems),
       lse_elems_(lse_elems),
       // q, k, v, out (out has q's shape), then lse; each region 64-byte aligned.
       stride_(RoundUp(q_elems * sizeof(Half)) * 2 + RoundUp(kv_elems * sizeof(Half)) * 2 +
               RoundUp(lse_elems * sizeof(float))),
-      slab_slots_(slab_slots),
+      slab_records_(slab_records),
       staging_(staging) {
   // The staged working set up front: allocating device-visible memory (cudaHostAlloc) takes
   // milliseconds and driver locks, so it never happens on the submit path.
-  if (staging_ != nullptr && staged_slots > 0) {
+  if (staging_ != nullptr && staged_records > 0) {
     std::lock_guard<std::mutex> lock(grow_mu_);
-    for (std::size_t have = 0; have < staged_slots; have += slabs_.back()->count) {
-      AddSlab(std::max<std::size_t>(slab_slots_, 1), staging_, nullptr, 0);
+    for (std::size_t have = 0; have < staged_records; have += slabs_.back()->count) {
+      AddSlab(std::max<std::size_t>(slab_records_, 1), staging_, nullptr, 0);
     }
   }
 }
 
-SlotPool::~SlotPool() = default;
+RecordPool::~RecordPool() = default;
 
-void SlotPool::Grow(Slot** out, std::size_t n) {
+void RecordPool::Grow(RequestRecord** out, std::size_t n) {
   std::lock_guard<std::mutex> lock(grow_mu_);
   // Past the staged working set: heap memory (those requests take the executor's copy path).
-  AddSlab(std::max<std::size_t>(slab_slots_, n), nullptr, out, n);
+  AddSlab(std::max<std::size_t>(slab_records_, n), nullptr, out, n);
 }
 
-void SlotPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, Slot** out,
+void RecordPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, RequestRecord** out,
                        std::size_t n) {
   auto slab = std::make_unique<Slab>(count, stride_, memory);
-  std::vector<Slot*> rest;
+  std::vector<RequestRecord*> rest;
   rest.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    Slot* s = &slab->slots[i];
+    RequestRecord* s = &slab->records[i];
     std::byte* base = slab->staging + i * stride_;
     s->device_visible = slab->staging_memory != nullptr;
     s->q = reinterpret_cast<Half*>(base);
@@ -93,37 +94,38 @@ void SlotPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, Slot**
   if (!rest.empty()) free_.enqueue_bulk(rest.data(), rest.size());
 }
 
-Slot* SlotPool::Acquire() {
+RequestRecord* RecordPool::Acquire() {
   static thread_local const std::size_t shard_index =
       std::hash<std::thread::id>{}(std::this_thread::get_id()) % kShards;
   Shard& shard = shards_[shard_index];
   std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.slots.empty()) {
-    shard.slots.resize(kShardRefill);
-    AcquireBulk(shard.slots.data(), kShardRefill);
+  if (shard.records.empty()) {
+    shard.records.resize(kShardRefill);
+    AcquireBulk(shard.records.data(), kShardRefill);
   }
-  Slot* slot = shard.slots.back();
-  shard.slots.pop_back();
-  return slot;
+  RequestRecord* record = shard.records.back();
+  shard.records.pop_back();
+  return record;
 }
 
-void SlotPool::AcquireBulk(Slot** out, std::size_t n) {
+void RecordPool::AcquireBulk(RequestRecord** out, std::size_t n) {
   const std::size_t got = free_.try_dequeue_bulk(out, n);
   if (got < n) Grow(out + got, n - got);
 }
 
-void SlotPool::Release(Slot* slot) { ReleaseBulk(&slot, 1); }
+void RecordPool::Release(RequestRecord* record) { ReleaseBulk(&record, 1); }
 
-void SlotPool::ReleaseBulk(Slot* const* slots, std::size_t n) {
+void RecordPool::ReleaseBulk(RequestRecord* const* records, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t generation = GenerationOf(slots[i]->state.load(std::memory_order_relaxed));
-    slots[i]->state.store(((generation + 1) << kGenerationShift) | kPhaseFree,
+    const std::uint64_t generation =
+        GenerationOf(records[i]->state.load(std::memory_order_relaxed));
+    records[i]->state.store(((generation + 1) << kGenerationShift) | kPhaseFree,
                           std::memory_order_release);
   }
-  free_.enqueue_bulk(slots, n);
+  free_.enqueue_bulk(records, n);
 }
 
-std::size_t SlotPool::capacity() const {
+std::size_t RecordPool::capacity() const {
   std::lock_guard<std::mutex> lock(grow_mu_);
   std::size_t total = 0;
   for (const auto& slab : slabs_) total += slab->count;
