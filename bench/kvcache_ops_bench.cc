@@ -89,8 +89,8 @@ void BM_AppendToken(benchmark::State& state) {
   std::vector<BlockCopy> copies;
   int s = 0;
   for (auto _ : state) {
-    StatusOr<TokenSlot> slot = table.AppendToken(s, layer[s], &copies);
-    benchmark::DoNotOptimize(slot);
+    StatusOr<TokenPosition> token = table.AppendToken(s, layer[s], &copies);
+    benchmark::DoNotOptimize(token);
     if (++layer[s] == shape.num_layers) {
       layer[s] = 0;
       if (++length[s] == shape.max_context) {
@@ -117,8 +117,8 @@ void BM_AppendTokenAllLayers(benchmark::State& state) {
   std::vector<BlockCopy> copies;
   int length = 0;
   for (auto _ : state) {
-    StatusOr<TokenSlot> slot = table.AppendToken(0, kAll, &copies);
-    benchmark::DoNotOptimize(slot);
+    StatusOr<TokenPosition> token = table.AppendToken(0, kAll, &copies);
+    benchmark::DoNotOptimize(token);
     if (++length == shape.max_context) {
       Check(table.Free(0), state);
       Check(table.Create(0), state);
@@ -163,10 +163,10 @@ void BM_ForkCopyOnWriteFree(benchmark::State& state) {
   for (auto _ : state) {
     copies.clear();
     Status a = table.Fork(0, 1);
-    StatusOr<TokenSlot> slot = table.AppendToken(1, kAll, &copies);
+    StatusOr<TokenPosition> token = table.AppendToken(1, kAll, &copies);
     Status b = table.Free(1);
     benchmark::DoNotOptimize(a);
-    benchmark::DoNotOptimize(slot);
+    benchmark::DoNotOptimize(token);
     benchmark::DoNotOptimize(b);
   }
   if (copies.size() != 1) state.SkipWithError("expected one copy-on-write per step");

@@ -10,7 +10,7 @@
 // exactly as before.
 //
 // Metadata overhead: per block 12 host bytes (a 4-byte block-table entry, a 4-byte reference
-// count, a 4-byte free-list slot), per sequence about 80 bytes of index plus 4 bytes per layer
+// count, a 4-byte free-list entry), per sequence about 80 bytes of index plus 4 bytes per layer
 // length. For 32 layers, Hkv = 8, D = 128, block size 16 a block holds 2 MiB of K+V, so 64
 // sequences of 4096 tokens (16384 blocks, 32 GiB of K+V) carry 212 KB of metadata: 6.2e-6 of the
 // KV bytes; 1024 one-block sequences 1.1e-4. Bound: 1% (tests/kvcache/sequence_table_test.cc
@@ -70,8 +70,8 @@ struct BlockCopy {
   friend bool operator==(const BlockCopy&, const BlockCopy&) = default;
 };
 
-// Where one layer's new token goes.
-struct TokenSlot {
+// Where one layer's new token goes: its position in the sequence and the place in the pools.
+struct TokenPosition {
   BlockId block = 0;
   std::int32_t offset = 0;    // token index inside the block
   std::int32_t position = 0;  // token index in the sequence (length before the append)
@@ -95,8 +95,8 @@ class SequenceTable {
   // tokens are written (copy-on-write) are appended to *copies (never null).
   static constexpr int kAllLayers = -1;
   StatusOr<int> Append(SequenceId id, int layer, int n, std::vector<BlockCopy>* copies);
-  // Append(id, layer, 1) for decode: returns the slot the new token's K/V go to.
-  StatusOr<TokenSlot> AppendToken(SequenceId id, int layer, std::vector<BlockCopy>* copies);
+  // Append(id, layer, 1) for decode: returns where the new token's K/V go.
+  StatusOr<TokenPosition> AppendToken(SequenceId id, int layer, std::vector<BlockCopy>* copies);
 
   // With kAllLayers: the common length of every layer (FailedPrecondition if they differ).
   StatusOr<int> Length(SequenceId id, int layer) const;
@@ -113,7 +113,7 @@ class SequenceTable {
 
  private:
   struct Sequence;
-  // Append that also hands back the sequence it grew (AppendToken reads the slot from it).
+  // Append that also hands back the sequence it grew (AppendToken reads the new token's block from it).
   StatusOr<int> AppendImpl(SequenceId id, int layer, int n, std::vector<BlockCopy>* copies,
                            const Sequence** sequence);
 

@@ -12,7 +12,7 @@
 namespace attnrt::kvcache {
 struct SequenceTable::Sequence {
   std::vector<BlockId> blocks;  // covers the longest layer: ceil(max length / block_size)
-  std::int32_t slot = 0;        // row in Impl::lengths
+  std::int32_t row = 0;         // row in Impl::lengths
 };
 
 namespace {
@@ -27,32 +27,32 @@ std::string SeqText(SequenceId id) { return "sequence " + std::to_string(id); }
 
 struct SequenceTable::Impl {
   std::unordered_map<SequenceId, Sequence> sequences;
-  std::vector<std::int32_t> lengths;     // [slot][num_layers]
-  std::vector<std::int32_t> free_slots;  // rows of `lengths` not in use
+  std::vector<std::int32_t> lengths;     // [row][num_layers]
+  std::vector<std::int32_t> free_rows;   // rows of `lengths` not in use
   std::vector<BlockId> scratch;          // blocks one Append allocated before it commits
   std::size_t table_capacity = 0;        // sum of blocks.capacity() over all sequences
   int num_layers = 1;
 
-  std::int32_t* Row(std::int32_t slot) {
-    return lengths.data() + static_cast<std::size_t>(slot) * num_layers;
+  std::int32_t* Row(std::int32_t row) {
+    return lengths.data() + static_cast<std::size_t>(row) * num_layers;
   }
-  const std::int32_t* Row(std::int32_t slot) const {
-    return lengths.data() + static_cast<std::size_t>(slot) * num_layers;
+  const std::int32_t* Row(std::int32_t row) const {
+    return lengths.data() + static_cast<std::size_t>(row) * num_layers;
   }
   // A zeroed row of lengths.
-  std::int32_t AcquireSlot() {
-    std::int32_t slot;
-    if (!free_slots.empty()) {
-      slot = free_slots.back();
-      free_slots.pop_back();
+  std::int32_t AcquireRow() {
+    std::int32_t row;
+    if (!free_rows.empty()) {
+      row = free_rows.back();
+      free_rows.pop_back();
     } else {
-      slot = static_cast<std::int32_t>(lengths.size() / num_layers);
+      row = static_cast<std::int32_t>(lengths.size() / num_layers);
       lengths.resize(lengths.size() + num_layers);
     }
-    std::fill_n(Row(slot), num_layers, 0);
-    return slot;
+    std::fill_n(Row(row), num_layers, 0);
+    return row;
   }
-  void ReleaseSlot(std::int32_t slot) { free_slots.push_back(slot); }
+  void ReleaseRow(std::int32_t row) { free_rows.push_back(row); }
 };
 
 SequenceTable::SequenceTable(const ModelShape& shape, BlockAllocator* allocator)
@@ -75,7 +75,7 @@ SequenceTable::~SequenceTable() {
 Status SequenceTable::Create(SequenceId id) {
   auto [it, inserted] = impl_->sequences.try_emplace(id);
   if (!inserted) return AlreadyExistsError(SeqText(id) + " already exists");
-  it->second.slot = impl_->AcquireSlot();
+  it->second.row = impl_->AcquireRow();
   return Status::Ok();
 }
 
@@ -92,8 +92,8 @@ Status SequenceTable::Fork(SequenceId parent, SequenceId child) {
   Sequence& to = impl_->sequences.try_emplace(child).first->second;
   to.blocks = from.blocks;
   impl_->table_capacity += to.blocks.capacity();
-  to.slot = impl_->AcquireSlot();
-  std::copy_n(impl_->Row(from.slot), impl_->num_layers, impl_->Row(to.slot));
+  to.row = impl_->AcquireRow();
+  std::copy_n(impl_->Row(from.row), impl_->num_layers, impl_->Row(to.row));
   for (BlockId b : to.blocks) {
     Status s = allocator_->AddRef(b);  // cannot fail: the parent holds every block
     ATTNRT_DCHECK(s.ok());
@@ -112,7 +112,7 @@ Status SequenceTable::Free(SequenceId id) {
     (void)s;
   }
   impl_->table_capacity -= seq.blocks.capacity();
-  impl_->ReleaseSlot(seq.slot);
+  impl_->ReleaseRow(seq.row);
   impl_->sequences.erase(it);
   return Status::Ok();
 }
@@ -158,7 +158,7 @@ StatusOr<int> SequenceTable::AppendImpl(SequenceId id, int layer, int n,
   auto it = impl_->sequences.find(id);
   if (it == impl_->sequences.end()) return NotFoundError(SeqText(id) + " not found");
   Sequence& seq = it->second;
-  std::int32_t* row = impl_->Row(seq.slot);
+  std::int32_t* row = impl_->Row(seq.row);
   ATTNRT_ASSIGN_OR_RETURN(const int old_len, LayerLength(row, impl_->num_layers, layer, id));
   const std::int64_t new_len = static_cast<std::int64_t>(old_len) + n;
   if (new_len > shape_.max_context) {
@@ -240,23 +240,23 @@ StatusOr<int> SequenceTable::AppendImpl(SequenceId id, int layer, int n,
   return old_len;
 }
 
-StatusOr<TokenSlot> SequenceTable::AppendToken(SequenceId id, int layer,
-                                               std::vector<BlockCopy>* copies) {
+StatusOr<TokenPosition> SequenceTable::AppendToken(SequenceId id, int layer,
+                                                   std::vector<BlockCopy>* copies) {
   const Sequence* seq_ptr = nullptr;
   ATTNRT_ASSIGN_OR_RETURN(const int position, AppendImpl(id, layer, 1, copies, &seq_ptr));
   const Sequence& seq = *seq_ptr;
-  TokenSlot slot;
-  slot.block = seq.blocks[static_cast<std::size_t>(position / shape_.block_size)];
-  slot.offset = position % shape_.block_size;
-  slot.position = position;
-  return slot;
+  TokenPosition token;
+  token.block = seq.blocks[static_cast<std::size_t>(position / shape_.block_size)];
+  token.offset = position % shape_.block_size;
+  token.position = position;
+  return token;
 }
 
 StatusOr<int> SequenceTable::Length(SequenceId id, int layer) const {
   ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
   auto it = impl_->sequences.find(id);
   if (it == impl_->sequences.end()) return NotFoundError(SeqText(id) + " not found");
-  return LayerLength(impl_->Row(it->second.slot), impl_->num_layers, layer, id);
+  return LayerLength(impl_->Row(it->second.row), impl_->num_layers, layer, id);
 }
 
 StatusOr<std::span<const BlockId>> SequenceTable::Blocks(SequenceId id) const {
@@ -286,7 +286,7 @@ std::size_t SequenceTable::MetadataBytes() const {
          map.size() * (node_bytes + kHeapChunkOverhead) +
          impl_->table_capacity * sizeof(BlockId) +
          impl_->lengths.capacity() * sizeof(std::int32_t) +
-         impl_->free_slots.capacity() * sizeof(std::int32_t) +
+         impl_->free_rows.capacity() * sizeof(std::int32_t) +
          impl_->scratch.capacity() * sizeof(BlockId);
 }
 

@@ -135,13 +135,14 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
       continue;
     }
     const std::size_t copies_before = plan->copies.size();
-    StatusOr<kvcache::TokenSlot> slot = table_->AppendToken(r.sequence_id, r.layer, &plan->copies);
-    if (!slot.ok()) {
-      status = WithPrefix(slot.status(), i);
+    StatusOr<kvcache::TokenPosition> token =
+        table_->AppendToken(r.sequence_id, r.layer, &plan->copies);
+    if (!token.ok()) {
+      status = WithPrefix(token.status(), i);
       continue;
     }
     plan->live.push_back(
-        PlannedRequest{i, slot->position + 1, plan->copies.size() > copies_before});
+        PlannedRequest{i, token->position + 1, plan->copies.size() > copies_before});
     (r.memory == MemoryKind::kHost ? plan->any_host : plan->any_device) = true;
   }
 }

@@ -25,15 +25,16 @@
 // executor's graph buckets as preferred batch sizes). Let `full bucket` be the largest executor
 // bucket <= max_batch_size (max_batch_size itself when the executor reports no buckets), and the
 // `preferred sizes` the executor buckets in [min_batch_size, max_batch_size] plus the full bucket
-// (just the full bucket when min_batch_size is 0, the default). Whenever an in-flight slot is
-// free:
+// (just the full bucket when min_batch_size is 0, the default). Whenever fewer than the
+// executor's max_in_flight() batches are in flight:
 //   1. if the pending requests fill a preferred size, the largest such batch dispatches at once
 //      (in particular a full bucket never waits);
 //   2. else, once the oldest pending request has waited max_queue_delay, everything pending (up
 //      to max_batch_size) dispatches; min_batch_size is honoured only within the delay, never
 //      past it. max_queue_delay = 0 therefore means "dispatch whatever is there";
 //   3. else the batcher waits (for more requests, the delay, or a deadline).
-//   When every in-flight slot is busy nothing dispatches; requests keep joining the next batch.
+//   When max_in_flight() batches are in flight nothing dispatches; requests keep joining the next
+//   batch.
 //   Requests are taken by strict priority (0 first), FIFO inside a level. A batch never holds two
 //   requests of one (sequence, layer): the later one stays pending for a later batch, so
 //   per-sequence order holds; requests of different layers share batches freely. The executor
@@ -131,8 +132,8 @@ class Scheduler {
   StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done);
 
   // A producer for one submitting thread: it keeps a moodycamel producer token (its own
-  // sub-queue, cheapest intake) and a small cache of staging slots. Must not outlive the
-  // scheduler. Thread safety: one thread at a time.
+  // sub-queue, cheapest intake) and a small cache of request records (with their staging). Must
+  // not outlive the scheduler. Thread safety: one thread at a time.
   std::unique_ptr<Producer> CreateProducer();
 
   // True when the request will complete with Cancelled; false when it was already dispatched,

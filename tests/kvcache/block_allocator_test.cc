@@ -130,7 +130,7 @@ TEST(BlockAllocatorTest, MetadataIsAFewBytesPerBlock) {
   BlockAllocator small(16), large(16 + 100000);
   const double per_block =
       static_cast<double>(large.MetadataBytes() - small.MetadataBytes()) / 100000.0;
-  EXPECT_GE(per_block, 8.0);  // a 4-byte count and a 4-byte free-list slot per block
+  EXPECT_GE(per_block, 8.0);  // a 4-byte count and a 4-byte free-list entry per block
   EXPECT_LE(per_block, 9.0);
 }
 

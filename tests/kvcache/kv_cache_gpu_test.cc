@@ -87,8 +87,8 @@ TEST(KvCacheGpuTest, WriteReadAndCopyOnWriteOnTheDevice) {
   // Child forks and appends token 40 on every layer at once: the shared partial block is copied
   // on the device (all layers, K and V), then the new token is written into the copy.
   ASSERT_TRUE(c.sequences().Fork(1, 2).ok());
-  auto slot = c.sequences().AppendToken(2, kAll, &copies);
-  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
+  auto token = c.sequences().AppendToken(2, kAll, &copies);
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
   ASSERT_EQ(copies.size(), 1u);
   ASSERT_TRUE(c.ApplyCopies(copies).ok());
   std::vector<std::vector<Half>> ck, cv;

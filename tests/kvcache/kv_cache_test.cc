@@ -267,22 +267,22 @@ TEST(KvCacheTest, ForkCopyOnWriteKeepsEachSequencesData) {
   std::vector<std::vector<Half>> ck, cv;
   for (int l = 0; l < s.num_layers; ++l) {
     copies.clear();
-    auto slot = c->sequences().AppendToken(2, l, &copies);
-    ASSERT_TRUE(slot.ok()) << slot.status().ToString();
+    auto token = c->sequences().AppendToken(2, l, &copies);
+    ASSERT_TRUE(token.ok()) << token.status().ToString();
     EXPECT_EQ(copies.size(), l == 0 ? 1u : 0u);  // the first write copies the block, all layers
     ASSERT_TRUE(c->ApplyCopies(copies).ok());
     ck.push_back(RandomNormalHalf(tok, 70 + l));
     cv.push_back(RandomNormalHalf(tok, 80 + l));
-    ASSERT_TRUE(c->WriteTokens(2, l, slot->position, 1, ck[l].data(), cv[l].data()).ok());
+    ASSERT_TRUE(c->WriteTokens(2, l, token->position, 1, ck[l].data(), cv[l].data()).ok());
   }
   // Then the parent decodes its own token 12, in place.
   for (int l = 0; l < s.num_layers; ++l) {
     copies.clear();
-    auto slot = c->sequences().AppendToken(1, l, &copies);
-    ASSERT_TRUE(slot.ok());
+    auto token = c->sequences().AppendToken(1, l, &copies);
+    ASSERT_TRUE(token.ok());
     EXPECT_TRUE(copies.empty());
     ASSERT_TRUE(
-        c->WriteTokens(1, l, slot->position, 1, pk[l].data() + 12 * tok, pv[l].data() + 12 * tok).ok());
+        c->WriteTokens(1, l, token->position, 1, pk[l].data() + 12 * tok, pv[l].data() + 12 * tok).ok());
   }
 
   std::vector<Half> k(tok), v(tok);

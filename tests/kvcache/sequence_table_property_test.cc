@@ -163,13 +163,13 @@ class SequenceTablePropertyTest : public ::testing::TestWithParam<PropertyCase> 
     int first_pos = -1;
     StatusCode got;
     if (token) {
-      auto slot = table.AppendToken(id, layer, &copies);
-      got = slot.status().code();
-      if (slot.ok()) {
-        first_pos = slot->position;
+      auto token = table.AppendToken(id, layer, &copies);
+      got = token.status().code();
+      if (token.ok()) {
+        first_pos = token->position;
         auto blocks = table.Blocks(id);
-        ASSERT_EQ(slot->block, (*blocks)[slot->position / shape_.block_size]);
-        ASSERT_EQ(slot->offset, slot->position % shape_.block_size);
+        ASSERT_EQ(token->block, (*blocks)[token->position / shape_.block_size]);
+        ASSERT_EQ(token->offset, token->position % shape_.block_size);
       }
     } else {
       auto pos = table.Append(id, layer, n, &copies);

@@ -102,11 +102,11 @@ TEST_F(SequenceTableTest, AppendGrowsTheTableToCoverTheLongestLayer) {
 TEST_F(SequenceTableTest, AppendTokenReturnsTheSlotOfTheNewToken) {
   ASSERT_TRUE(table_.Create(5).ok());
   for (int pos = 0; pos < 20; ++pos) {
-    auto slot = table_.AppendToken(5, 2, &copies_);
-    ASSERT_TRUE(slot.ok()) << slot.status().ToString();
-    EXPECT_EQ(slot->position, pos);
-    EXPECT_EQ(slot->offset, pos % 8);
-    EXPECT_EQ(slot->block, TableOf(table_, 5)[static_cast<std::size_t>(pos / 8)]);
+    auto token = table_.AppendToken(5, 2, &copies_);
+    ASSERT_TRUE(token.ok()) << token.status().ToString();
+    EXPECT_EQ(token->position, pos);
+    EXPECT_EQ(token->offset, pos % 8);
+    EXPECT_EQ(token->block, TableOf(table_, 5)[static_cast<std::size_t>(pos / 8)]);
     EXPECT_EQ(LengthOf(table_, 5, 2), pos + 1);
   }
   EXPECT_EQ(LengthOf(table_, 5, 0), 0);

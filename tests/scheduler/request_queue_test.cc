@@ -92,7 +92,7 @@ TEST_F(PendingQueueTest, ExpiredRequestsLeaveInDeadlineOrderAndStaleEntriesAreSk
   EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{d}));
 }
 
-TEST_F(PendingQueueTest, ReusedSlotIsNotExpiredByItsOldHeapEntry) {
+TEST_F(PendingQueueTest, ReusedRecordIsNotExpiredByItsOldHeapEntry) {
   PendingQueue q(1);
   RequestRecord* a = Make(1, 0, 0, 0, 100);
   q.Push(a);

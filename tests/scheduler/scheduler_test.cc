@@ -396,7 +396,7 @@ TEST_F(SchedulerTest, StrictPriorityThenFifoWithinALevel) {
   Make(o, Buckets({1, 2, 4}, /*max_in_flight=*/1));
   executor_->Pause();
   std::vector<std::future<DecodeResult>> f;
-  f.push_back(SubmitOk(Request(100, 0)));  // occupies the only in-flight slot
+  f.push_back(SubmitOk(Request(100, 0)));  // the only batch in flight (max_in_flight 1)
   executor_->WaitForSubmitted(1);
   f.push_back(SubmitOk(Request(1, 1, 0, /*priority=*/2)));
   f.push_back(SubmitOk(Request(2, 2, 0, 2)));
@@ -493,7 +493,7 @@ TEST_F(SchedulerTest, CancelledHandleOfARecycledSlotDoesNotTouchTheNewRequest) {
   auto a = scheduler_->Submit(Request(1, 1));
   ASSERT_TRUE(a.ok());
   EXPECT_TRUE(Get(a->result).status.ok());
-  // Later requests may reuse a's slot; a's stale handle must not cancel them.
+  // Later requests may reuse a's request record; a's stale handle must not cancel them.
   executor_->Pause();
   std::vector<Submission> later;
   for (int i = 0; i < 40; ++i) {
