@@ -1,4 +1,4 @@
-#include "api/config.h"
+#include <attnrt/config.h>
 
 #include <cmath>
 #include <string>

@@ -1,5 +1,5 @@
-// The C interface (api/c_api.h) over the C++ Runtime. Only conversions live here.
-#include "api/c_api.h"
+// The C interface (attnrt/c_api.h) over the C++ Runtime. Only conversions live here.
+#include <attnrt/c_api.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <string>
 #include <type_traits>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 
 struct attnrt_runtime {
   std::unique_ptr<attnrt::Runtime> rt;

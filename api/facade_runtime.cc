@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kvcache/kvcache.h"

@@ -1,4 +1,4 @@
-#include "api/status.h"
+#include <attnrt/status.h>
 
 namespace attnrt {
 

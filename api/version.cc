@@ -1,4 +1,4 @@
-#include "api/version.h"
+#include <attnrt/version.h>
 
 namespace attnrt {
 const char* Version() { return "0.1.0"; }

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "bench/open_loop.h"
 #include "api/internal/cuda_check.h"
 #include "runtime/cuda_executor.h"

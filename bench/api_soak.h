@@ -29,7 +29,7 @@
 #include <sys/prctl.h>
 #endif
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 
 namespace attnrt::bench {
 

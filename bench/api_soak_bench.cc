@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "api/version.h"
+#include <attnrt/version.h>
 #include "bench/api_soak.h"
 
 namespace {

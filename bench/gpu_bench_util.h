@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 #include "kernels/decode.h"
 #include "kernels/views.h"
 

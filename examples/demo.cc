@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "examples/flags.h"
 
 namespace {

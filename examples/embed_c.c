@@ -1,9 +1,9 @@
-/* The C interface (api/c_api.h) from a C program: one sequence, a prompt, one decode step.
+/* The C interface (attnrt/c_api.h) from a C program: one sequence, a prompt, one decode step.
  * Every V is 0.5, so every output element is 0.5 whatever the scores. */
 #include <stdio.h>
 #include <string.h>
 
-#include "api/c_api.h"
+#include <attnrt/c_api.h>
 
 #define HEADS 8
 #define KV_HEADS 2

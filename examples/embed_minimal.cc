@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 
 namespace attnrt::examples {
 

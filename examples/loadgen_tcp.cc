@@ -34,8 +34,8 @@
 
 #include <boost/asio.hpp>
 
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 #include "examples/flags.h"
 #include "examples/tcp_protocol.h"
 

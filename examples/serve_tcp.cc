@@ -1,6 +1,6 @@
 // serve_tcp: attnrt behind a Boost.Asio TCP server. One connection is one session; decode
 // requests are pipelined and completed through the Runtime's callback Submit, so no thread blocks
-// per request. Built on the public attnrt::Runtime (api/runtime.h) only.
+// per request. Built on the public attnrt::Runtime (attnrt/runtime.h) only.
 //
 // Protocol (full definition and codec in examples/tcp_protocol.h): little-endian frames, a
 // 24-byte header {u32 magic "ANRT", u16 version 1, u16 type, u64 request_id, u32 payload_bytes
@@ -70,7 +70,7 @@
 
 #include <boost/asio.hpp>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "examples/flags.h"
 #include "examples/tcp_protocol.h"
 

@@ -50,9 +50,9 @@
 #include <string_view>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 
 namespace attnrt::tcp {
 

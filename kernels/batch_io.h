@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 
 namespace attnrt::kernels {
 

@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "api/config.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/status.h>
 #include "kernels/decode.h"
 #include "kernels/views.h"
 

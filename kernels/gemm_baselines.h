@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <span>
 
-#include "api/config.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/status.h>
 #include "kernels/decode.h"
 #include "kernels/gemm_path.h"
 #include "kernels/views.h"

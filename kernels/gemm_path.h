@@ -39,8 +39,8 @@
 #include <string_view>
 #include <vector>
 
-#include "api/config.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/status.h>
 #include "kernels/views.h"
 
 namespace attnrt::kernels {

@@ -7,8 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "api/config.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/status.h>
 #include "kernels/decode.h"
 #include "kernels/gemm_path.h"
 #include "kernels/views.h"

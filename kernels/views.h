@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "api/half.h"
+#include <attnrt/half.h>
 
 namespace attnrt::kernels {
 

@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 
 namespace attnrt::kvcache {
 

@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "api/status.h"
+#include <attnrt/status.h>
 #include "kvcache/kvcache.h"
 #include "runtime/executor.h"
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/config.h"
+#include <attnrt/config.h>
 #include "kvcache/kvcache.h"
 #include "runtime/batch_plan.h"
 #include "runtime/executor.h"

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/config.h"
+#include <attnrt/config.h>
 #include "runtime/executor.h"
 
 namespace attnrt::runtime {

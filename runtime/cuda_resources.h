@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <utility>
 
-#include "api/status.h"
+#include <attnrt/status.h>
 
 namespace attnrt::runtime {
 

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 
 // The CUDA runtime's event type (cudaEvent_t is CUevent_st*), declared, not included.
 struct CUevent_st;

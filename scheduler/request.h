@@ -1,7 +1,7 @@
-// The scheduler's request and result types: the public ones of api/request.h.
+// The scheduler's request and result types: the public ones of attnrt/request.h.
 #pragma once
 
-#include "api/request.h"
+#include <attnrt/request.h>
 #include "runtime/executor.h"  // runtime::SequenceId, used across scheduler/
 
 namespace attnrt::scheduler {

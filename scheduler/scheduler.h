@@ -77,8 +77,8 @@
 #include <memory>
 #include <string>
 
-#include "api/config.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/status.h>
 #include "runtime/executor.h"
 #include "scheduler/clock.h"
 #include "scheduler/metrics.h"
@@ -87,7 +87,7 @@
 namespace attnrt::scheduler {
 
 struct SchedulerOptions {
-  // Defaults: api/config.h (attnrt::defaults), shared with RuntimeOptions.
+  // Defaults: attnrt/config.h (attnrt::defaults), shared with RuntimeOptions.
   // Most requests in one batch; 1 <= max_batch_size <= executor->max_batch_size().
   int max_batch_size = defaults::kMaxBatchSize;
   // Smallest batch dispatched before max_queue_delay (see "Batching window"); 0 = only a full

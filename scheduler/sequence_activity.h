@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "api/config.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/status.h>
 
 namespace attnrt::scheduler::internal {
 

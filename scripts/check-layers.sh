@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fails on any dependency arrow the design forbids (shared/ARCHITECTURE.md), from the tree's
-# `#include "..."` lines and its CMake link lines:
-#   api/*.h (public)  includes only api/ public headers and no CUDA header
-#   api/ leaf sources include only api/
+# `#include` lines and its CMake link lines:
+#   include/attnrt/*.h (public, installed) include only <attnrt/...> public headers and the
+#                     standard library: no CUDA header, no tree header, no third-party header
+#   api/ leaf sources include only api/ and the public headers
+#   <attnrt/runtime.h>, <attnrt/c_api.h> (the facade) only from api/, tests, bench, examples
 #   kvcache/          includes api/ and kvcache/ only (never kernels/, runtime/, scheduler/)
 #   kernels/          includes api/ and kernels/ only
 #   runtime/          never includes scheduler/
@@ -11,7 +13,7 @@
 # attnrt_scheduler links runtime only through attnrt_executor_interface, and no CUDA library.
 # Usage: scripts/check-layers.sh [--help]. Exit 1 and one line per violation when any.
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 violations=0
@@ -41,12 +43,31 @@ no_cuda() {
   done < <(system_includes "$1")
 }
 
-for f in api/*.h; do
-  allowed "$f" 'api/*.h'
-  for inc in $(includes "$f"); do
-    [[ "$inc" == api/internal/* ]] && report "$f (public) includes internal \"$inc\""
-  done
-  no_cuda "$f"
+# public_header_check FILE: a public header reaches nothing a consumer of the installed package
+# lacks: only <attnrt/x.h> that exists in include/attnrt/, and standard headers (no '/' in the
+# name); never a CUDA header, a "quoted" (tree) header or a third-party one.
+public_header_check() {
+  local f=$1 inc
+  while IFS= read -r inc; do report "$f (public) includes \"$inc\": only <attnrt/...> and standard headers"; done < <(includes "$f")
+  while IFS= read -r inc; do
+    if is_cuda_header "$inc"; then
+      report "$f (public) includes <$inc>: no CUDA header in a public header"
+    elif [[ "$inc" == attnrt/* ]]; then
+      [ -f "include/$inc" ] || report "$f (public) includes <$inc>, which is not a public header"
+    elif [[ "$inc" == */* || "$inc" == concurrentqueue* ]]; then
+      report "$f (public) includes <$inc>: not a public or standard header"
+    fi
+  done < <(system_includes "$f")
+}
+for f in include/attnrt/*.h; do public_header_check "$f"; done
+[ -d api ] && for f in $(find api -maxdepth 1 -name '*.h'); do
+  case "$f" in api/check.h) ;; *) report "$f: public headers live in include/attnrt/" ;; esac
+done
+# The facade's headers: only from the facade itself and the programs over it.
+for f in $(sources kvcache) $(sources kernels) $(sources runtime) $(sources scheduler); do
+  while IFS= read -r inc; do
+    case "$inc" in attnrt/runtime.h|attnrt/c_api.h) report "$f includes <$inc>: the facade sits above every component" ;; esac
+  done < <(system_includes "$f")
 done
 for f in api/status.cc api/config.cc; do [ -f "$f" ] && allowed "$f" 'api/*'; done
 for f in api/internal/*.h; do allowed "$f" 'api/*'; done

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "api/status.h"
+#include <attnrt/status.h>
 
 namespace attnrt {
 

@@ -1,6 +1,6 @@
-// The C interface (api/c_api.h) on the CPU executor: error codes and messages, the sequence
+// The C interface (attnrt/c_api.h) on the CPU executor: error codes and messages, the sequence
 // calls, blocking and asynchronous decode checked against a dense FP64 reference.
-#include "api/c_api.h"
+#include <attnrt/c_api.h>
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "api/config.h"
+#include <attnrt/config.h>
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
 
@@ -256,7 +256,7 @@ TEST(CApiTest, ForkAndFreeErrorsAreCodedAndNamed) {
   EXPECT_EQ(attnrt_free_sequence(rt, 44, tiny, sizeof(tiny)), ATTNRT_NOT_FOUND);
   EXPECT_EQ(std::string(tiny), "sequence");  // truncated to 8 characters + NUL
 
-  // After drain decodes are refused but sequence calls still work (api/runtime.h, Drain).
+  // After drain decodes are refused but sequence calls still work (attnrt/runtime.h, Drain).
   attnrt_drain(rt);
   EXPECT_EQ(attnrt_fork_sequence(rt, 1, 3, error, sizeof(error)), ATTNRT_OK) << error;
   EXPECT_EQ(attnrt_free_sequence(rt, 3, error, sizeof(error)), ATTNRT_OK) << error;

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "runtime/fault_injection.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/moodycamel_tsan.h"  // the scheduler's queue under TSan

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "api/internal/cuda_check.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"

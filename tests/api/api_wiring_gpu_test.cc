@@ -1,5 +1,5 @@
 // The public Runtime's wiring of sequence management (fork, free), Cancel, priority, timeouts and
-// the check_finite / min_batch_size options: each call goes through api/runtime.h and is checked
+// the check_finite / min_batch_size options: each call goes through attnrt/runtime.h and is checked
 // for its documented effect. Runs on the CPU executor everywhere, on the CUDA executor with a GPU.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "api/internal/cuda_check.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"

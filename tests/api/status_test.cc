@@ -1,9 +1,9 @@
-#include "api/status.h"
+#include <attnrt/status.h>
 
 #include <gtest/gtest.h>
 
-#include "api/config.h"
-#include "api/half.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
 
 #include <cmath>
 

@@ -33,9 +33,9 @@
 #include <utility>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 #include "examples/tcp_protocol.h"
 #include "tests/support/random_fp16.h"
 

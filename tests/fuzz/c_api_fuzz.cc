@@ -1,4 +1,4 @@
-// libFuzzer target for the C interface (api/c_api.h) on a small CPU-executor runtime: each input
+// libFuzzer target for the C interface (attnrt/c_api.h) on a small CPU-executor runtime: each input
 // is a sequence of calls (create, fork, free, prefill, sequence_length, blocking decode, async
 // submit, drain, NULL-ish arguments, attnrt_create with fuzzed options) with fuzzed ids, layers,
 // sizes and FP16 bits (NaN/Inf included), and caller error buffers of fuzzed length.
@@ -38,8 +38,8 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "api/c_api.h"
-#include "api/half.h"
+#include <attnrt/c_api.h>
+#include <attnrt/half.h>
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "api/config.h"
+#include <attnrt/config.h>
 #include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_baselines.h"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "api/config.h"
+#include <attnrt/config.h>
 #include "kernels/gemm_path.h"
 
 namespace attnrt::kernels {

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
 #include "runtime/executor.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"

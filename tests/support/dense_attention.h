@@ -7,8 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
 
 namespace attnrt::testing {
 

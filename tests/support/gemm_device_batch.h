@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "api/half.h"
+#include <attnrt/half.h>
 #include "kernels/decode.h"
 #include "kernels/views.h"
 #include "tests/support/paged_batch.h"

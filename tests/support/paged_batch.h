@@ -12,8 +12,8 @@
 #include <span>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
 #include "kernels/views.h"
 #include "tests/support/random_fp16.h"
 

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "api/half.h"
+#include <attnrt/half.h>
 
 namespace attnrt::testing {
 

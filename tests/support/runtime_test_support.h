@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "api/internal/cuda_check.h"
-#include "api/runtime.h"
+#include <attnrt/runtime.h>
 #include "tests/support/random_fp16.h"
 
 namespace attnrt::testing {

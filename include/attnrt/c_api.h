@@ -1,5 +1,5 @@
 /* attnrt's C interface, for hosts that are not C++ (Python ctypes, Rust, Go, C). A thin layer
- * over api/runtime.h: same semantics, statuses as integer codes (attnrt_code, the values of
+ * over attnrt/runtime.h: same semantics, statuses as integer codes (attnrt_code, the values of
  * attnrt::StatusCode) with the message copied into a caller buffer. FP16 values travel as their
  * IEEE binary16 bits (uint16_t). No CUDA header, no C++ type.
  *

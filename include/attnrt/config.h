@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "api/status.h"
+#include <attnrt/status.h>
 
 namespace attnrt {
 

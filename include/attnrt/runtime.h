@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/request.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/request.h>
+#include <attnrt/status.h>
 
 namespace attnrt {
 
@@ -96,7 +96,7 @@ class Runtime {
   virtual StatusOr<int> SequenceLength(SequenceId id, int layer) const = 0;
   virtual KvCacheUsage kv_cache_usage() const = 0;
 
-  // Submits one decode request (see api/request.h). q, k, v are copied before Submit returns. A
+  // Submits one decode request (see attnrt/request.h). q, k, v are copied before Submit returns. A
   // malformed request is rejected here with a Status naming the field (nothing is enqueued);
   // every accepted request completes exactly once, with its output or a Status. Requests of one
   // (sequence, layer) run in submission order when submitted from one thread at one priority;

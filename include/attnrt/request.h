@@ -1,5 +1,5 @@
 // The public request and result types of attnrt (leaf types: no CUDA, nothing from another
-// folder). The Runtime facade (api/runtime.h) and the scheduler both use them.
+// folder). The Runtime facade (attnrt/runtime.h) and the scheduler both use them.
 #pragma once
 
 #include <chrono>
@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
-#include "api/config.h"
-#include "api/half.h"
-#include "api/status.h"
+#include <attnrt/config.h>
+#include <attnrt/half.h>
+#include <attnrt/status.h>
 
 namespace attnrt {
 
