@@ -92,7 +92,7 @@ inline ModelShape SoakShape() {
 struct SoakConfig {
   std::int64_t requests = 10'000'000;
   int threads = 8;
-  int sequences_per_thread = 16;        // slots per thread; live, dead or forked into
+  int sequences_per_thread = 16;        // sequence records per thread; live, dead or forked into
   int max_outstanding_per_thread = 128; // submitted, not yet completed
   int prompt_tokens = 4;                // per layer at create
   double cancel_fraction = 0.01;        // requests cancelled right after Submit
@@ -159,7 +159,9 @@ inline constexpr std::uint8_t kTwice = 0x20;
 inline constexpr std::uint8_t kCompleted = 0x40;
 inline constexpr std::uint8_t kAccepted = 0x80;
 
-struct SoakSlot {
+// One of a thread's sequence records: a live sequence, or a dead one to be recreated or forked
+// into.
+struct SoakSequence {
   enum class Pending { kNone, kFree, kFork };
   SequenceId id = 0;
   bool live = false;
@@ -169,7 +171,7 @@ struct SoakSlot {
 };
 
 struct SoakThread {
-  std::vector<std::unique_ptr<SoakSlot>> slots;
+  std::vector<std::unique_ptr<SoakSequence>> sequences;
   std::atomic<int> outstanding{0};
   std::uint64_t next_id = 0;
 };
@@ -183,7 +185,7 @@ inline std::uint64_t MetricValue(const std::string& text, const std::string& nam
 }
 
 inline SoakResult RunSoak(const SoakConfig& config) {
-  using internal::SoakSlot;
+  using internal::SoakSequence;
   using internal::SoakThread;
   SoakResult result;
   result.requests = config.requests;
@@ -236,9 +238,9 @@ inline SoakResult RunSoak(const SoakConfig& config) {
     auto th = std::make_unique<SoakThread>();
     th->next_id = (static_cast<std::uint64_t>(t) + 1) << 40;
     for (int s = 0; s < config.sequences_per_thread; ++s) {
-      auto slot = std::make_unique<SoakSlot>();
-      slot->tokens.assign(shape.num_layers, 0);
-      th->slots.push_back(std::move(slot));
+      auto seq = std::make_unique<SoakSequence>();
+      seq->tokens.assign(shape.num_layers, 0);
+      th->sequences.push_back(std::move(seq));
     }
     threads.push_back(std::move(th));
   }
@@ -259,23 +261,23 @@ inline SoakResult RunSoak(const SoakConfig& config) {
     std::mt19937_64 rng(config.seed * 1000003 + t);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     const int m = config.sequences_per_thread;
-    auto create = [&](SoakSlot& slot) {
+    auto create = [&](SoakSequence& seq) {
       const SequenceId id = th.next_id++;
       Status s = rt->CreateSequence(id);
       if (!s.ok()) return churn_error("CreateSequence " + std::to_string(id), s);
       for (int l = 0; l < shape.num_layers; ++l) {
         s = rt->Prefill(id, l, config.prompt_tokens, prompt_k, prompt_v);
         if (!s.ok()) return churn_error("Prefill " + std::to_string(id), s);
-        slot.tokens[l] = config.prompt_tokens;
+        seq.tokens[l] = config.prompt_tokens;
       }
-      slot.id = id;
-      slot.live = true;
+      seq.id = id;
+      seq.live = true;
       creates.fetch_add(1, std::memory_order_relaxed);
     };
-    auto free_slot = [&](SoakSlot& slot) {
-      const Status s = rt->FreeSequence(slot.id);
-      if (!s.ok()) return churn_error("FreeSequence " + std::to_string(slot.id), s);
-      slot.live = false;
+    auto free_seq = [&](SoakSequence& seq) {
+      const Status s = rt->FreeSequence(seq.id);
+      if (!s.ok()) return churn_error("FreeSequence " + std::to_string(seq.id), s);
+      seq.live = false;
       frees.fetch_add(1, std::memory_order_relaxed);
     };
 
@@ -286,44 +288,44 @@ inline SoakResult RunSoak(const SoakConfig& config) {
            cur = th.outstanding.load(std::memory_order_acquire)) {
         th.outstanding.wait(cur, std::memory_order_acquire);
       }
-      SoakSlot& slot = *th.slots[rng() % m];
-      const int busy = slot.outstanding.load(std::memory_order_acquire);
-      if (!slot.live) {
-        if (busy == 0) create(slot);
+      SoakSequence& seq = *th.sequences[rng() % m];
+      const int busy = seq.outstanding.load(std::memory_order_acquire);
+      if (!seq.live) {
+        if (busy == 0) create(seq);
         continue;
       }
-      if (slot.pending != SoakSlot::Pending::kNone) {
+      if (seq.pending != SoakSequence::Pending::kNone) {
         if (busy != 0) continue;  // draining: no new decodes until the churn ran
-        const SoakSlot::Pending action = slot.pending;
-        slot.pending = SoakSlot::Pending::kNone;
-        if (action == SoakSlot::Pending::kFree) {
-          free_slot(slot);
+        const SoakSequence::Pending action = seq.pending;
+        seq.pending = SoakSequence::Pending::kNone;
+        if (action == SoakSequence::Pending::kFree) {
+          free_seq(seq);
           continue;
         }
-        SoakSlot* child = nullptr;
+        SoakSequence* child = nullptr;
         for (int k = 0, first = static_cast<int>(rng() % m); k < m && child == nullptr; ++k) {
-          SoakSlot& c = *th.slots[(first + k) % m];
+          SoakSequence& c = *th.sequences[(first + k) % m];
           if (!c.live && c.outstanding.load(std::memory_order_acquire) == 0) child = &c;
         }
-        if (child == nullptr) continue;  // no free slot to fork into
+        if (child == nullptr) continue;  // no dead record to fork into
         const SequenceId id = th.next_id++;
-        const Status s = rt->ForkSequence(slot.id, id);
+        const Status s = rt->ForkSequence(seq.id, id);
         if (!s.ok()) {
-          churn_error("ForkSequence " + std::to_string(slot.id) + " -> " + std::to_string(id), s);
+          churn_error("ForkSequence " + std::to_string(seq.id) + " -> " + std::to_string(id), s);
           continue;
         }
         child->id = id;
         child->live = true;
-        child->tokens = slot.tokens;
+        child->tokens = seq.tokens;
         forks.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       const double roll = u01(rng);
       if (roll < config.busy_free_fraction && busy > 0) {
         // Refused while a decode is outstanding, or allowed if they all just completed.
-        const Status s = rt->FreeSequence(slot.id);
+        const Status s = rt->FreeSequence(seq.id);
         if (s.ok()) {
-          slot.live = false;
+          seq.live = false;
           frees.fetch_add(1, std::memory_order_relaxed);
         } else if (s.code() == StatusCode::kFailedPrecondition) {
           busy_refusals.fetch_add(1, std::memory_order_relaxed);
@@ -333,19 +335,19 @@ inline SoakResult RunSoak(const SoakConfig& config) {
         continue;
       }
       if (roll < config.churn_fraction) {
-        slot.pending = rng() % 2 == 0 ? SoakSlot::Pending::kFree : SoakSlot::Pending::kFork;
+        seq.pending = rng() % 2 == 0 ? SoakSequence::Pending::kFree : SoakSequence::Pending::kFork;
         continue;
       }
       const int layer = static_cast<int>(rng() % shape.num_layers);
-      if (slot.tokens[layer] >= shape.max_context) {
-        slot.pending = SoakSlot::Pending::kFree;  // full: free it once its decodes completed
+      if (seq.tokens[layer] >= shape.max_context) {
+        seq.pending = SoakSequence::Pending::kFree;  // full: free it once its decodes completed
         continue;
       }
       const std::int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= n) break;
       const int input = static_cast<int>(rng() % kInputs);
       DecodeRequest req;
-      req.sequence_id = slot.id;
+      req.sequence_id = seq.id;
       req.layer = layer;
       req.q = qs[input];
       req.k = ks[input];
@@ -353,25 +355,25 @@ inline SoakResult RunSoak(const SoakConfig& config) {
       if (u01(rng) < config.timeout_fraction) {
         req.timeout = std::chrono::microseconds(1 + rng() % 200);
       }
-      slot.outstanding.fetch_add(1, std::memory_order_acq_rel);
+      seq.outstanding.fetch_add(1, std::memory_order_acq_rel);
       th.outstanding.fetch_add(1, std::memory_order_acq_rel);
-      SoakSlot* slot_ptr = &slot;
+      SoakSequence* seq_ptr = &seq;
       SoakThread* th_ptr = &th;
       std::atomic<std::uint8_t>* cell = &state[i];
       // Two pointers and the cell: small enough for std::function's inline storage? Not needed
       // for correctness; the runtime owns the callback until it ran.
-      auto sub = rt->Submit(req, [cell, slot_ptr, th_ptr](DecodeResult r) {
+      auto sub = rt->Submit(req, [cell, seq_ptr, th_ptr](DecodeResult r) {
         const auto code = static_cast<std::uint8_t>(r.status.code());
         const std::uint8_t before =
             cell->fetch_or(internal::kCompleted | (code & internal::kCodeMask),
                            std::memory_order_acq_rel);
         if (before & internal::kCompleted) cell->fetch_or(internal::kTwice);
-        slot_ptr->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+        seq_ptr->outstanding.fetch_sub(1, std::memory_order_acq_rel);
         th_ptr->outstanding.fetch_sub(1, std::memory_order_acq_rel);
         th_ptr->outstanding.notify_one();
       });
       if (!sub.ok()) {
-        slot.outstanding.fetch_sub(1, std::memory_order_acq_rel);
+        seq.outstanding.fetch_sub(1, std::memory_order_acq_rel);
         th.outstanding.fetch_sub(1, std::memory_order_acq_rel);
         std::lock_guard<std::mutex> lock(refused_mu);
         ++refused[std::string(StatusCodeName(sub.status().code()))];
@@ -380,7 +382,7 @@ inline SoakResult RunSoak(const SoakConfig& config) {
         continue;
       }
       cell->fetch_or(internal::kAccepted, std::memory_order_acq_rel);
-      ++slot.tokens[layer];  // an upper bound: a cancelled or timed-out decode takes none
+      ++seq.tokens[layer];  // an upper bound: a cancelled or timed-out decode takes none
       if (u01(rng) < config.cancel_fraction && rt->Cancel(*sub)) {
         cell->fetch_or(internal::kCancelTrue, std::memory_order_acq_rel);
         cancels_true.fetch_add(1, std::memory_order_relaxed);
@@ -390,8 +392,8 @@ inline SoakResult RunSoak(const SoakConfig& config) {
     for (int cur = th.outstanding.load(); cur != 0; cur = th.outstanding.load()) {
       th.outstanding.wait(cur);
     }
-    for (auto& s : th.slots) {
-      if (s->live) free_slot(*s);
+    for (auto& s : th.sequences) {
+      if (s->live) free_seq(*s);
     }
   };
 
@@ -514,7 +516,7 @@ inline SoakResult RunSoak(const SoakConfig& config) {
 
 inline void PrintSoak(std::FILE* out, const SoakConfig& config, const SoakResult& r) {
   std::fprintf(out, "soak: %s\n", r.passed() ? "PASS" : "FAIL");
-  std::fprintf(out, "  requests            %" PRId64 " (threads %d, %d sequence slots each, "
+  std::fprintf(out, "  requests            %" PRId64 " (threads %d, %d sequence records each, "
                "window %d per thread)\n", r.requests, config.threads,
                config.sequences_per_thread, config.max_outstanding_per_thread);
   std::fprintf(out, "  shape               L=%d H=%d Hkv=%d D=%d block=%d max_context=%d\n",

@@ -288,7 +288,7 @@ struct DeviceDecodeBatch {
   DeviceDecodeBatch(const DeviceDecodeBatch&) = delete;
   DeviceDecodeBatch& operator=(const DeviceDecodeBatch&) = delete;
 
-  // Bytes of K and V the live slots attend (each read once: the fused kernel's floor).
+  // Bytes of K and V the live rows attend (each read once: the fused kernel's floor).
   double kv_bytes() const {
     double tokens = 0;
     for (int len : kv_lengths) tokens += len;

@@ -6,7 +6,7 @@
 //                                pointer_batched, big_gemm, fused, fused_graph
 //   stages/B:b/T:t/<stage>       each GEMM-path stage alone, plus total and fused
 //   copy_bandwidth               device-to-device copy (read + write bytes / s): the ceiling
-// Every slot attends its full length T (Tpad = T); Llama-3.1-8B heads (H 32, Hkv 8, D 128,
+// Every batch row attends its full length T (Tpad = T); Llama-3.1-8B heads (H 32, Hkv 8, D 128,
 // block 16) unless the name says mha (Hkv 32).
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>

@@ -87,7 +87,7 @@ ModelShape ShapeOf(const Family& f) {
   return s;
 }
 
-// The tensor-core split-KV plan under `config` for `capacity` slots on this device.
+// The tensor-core split-KV plan under `config` for `capacity` batch rows on this device.
 kernels::DecodePlan PlanConfig(const ModelShape& shape, int capacity,
                                const SplitKvLaunchConfig& config) {
   const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
@@ -219,7 +219,7 @@ int Run(int argc, char** argv) {
         for (const SplitKvLaunchConfig& c : configs) {
           const kernels::DecodePlan decode_plan = PlanConfig(shape, batch, c);
           const kernels::SplitKvPlan& plan = decode_plan.split_kv;
-          const kernels::SlotSplit ss = kernels::SplitSlot(context, plan);
+          const kernels::RowSplit ss = kernels::SplitRow(context, plan);
           const auto key = std::make_tuple(c.warps, plan.max_splits, ss.num_splits, ss.tiles_per_split);
           auto it = timed.find(key);
           if (it == timed.end()) it = timed.emplace(key, TimePlan(decode_plan, sets, stream)).first;

@@ -1,7 +1,7 @@
 // Study 2 (after an L4 study: per-query latency of an FP16 flash kernel falling 40.9x from
 // B x H = 1 to 256, max diff < 0.002 vs PyTorch): the same (B, H) table on an H100 for the fused
-// decode kernel and the GEMM path, D = 64, MHA (Hkv = H), every slot at context T (128 as in the
-// seed, and 4096). Per-query latency = time / (B x H); CTAs vs SMs; max |out - ref| against the
+// decode kernel and the GEMM path, D = 64, MHA (Hkv = H), every batch row at context T (128 as in
+// the seed, and 4096). Per-query latency = time / (B x H); CTAs vs SMs; max |out - ref| against the
 // FP64 CPU reference on the same random inputs. PyTorch SDPA: bench/studies/sdpa_batching.py.
 //   batching/T:t/B:b/H:h/<fused|gemm>
 #include <benchmark/benchmark.h>
@@ -64,9 +64,9 @@ void RunBatching(benchmark::State& state, int t, int b, int h, bool fused) {
     const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
     fused_plan = PlanOrExit(v, shape, b, kernels::DecodeStep::kDecode);
     ws_bytes = fused_plan.workspace_bytes;
-    // CTAs that do work: per (slot, kv head), the splits the slot's length uses.
+    // CTAs that do work: per (batch row, kv head), the splits the row's length uses.
     ctas = static_cast<double>(b) * shape.num_kv_heads *
-           kernels::SplitSlot(t, fused_plan.split_kv).num_splits;
+           kernels::SplitRow(t, fused_plan.split_kv).num_splits;
     if (ws_bytes) Check(cudaMalloc(&ws, ws_bytes), "malloc ws");
     enqueue = [&, run = v.run] {
       CheckOk(run(fused_plan, dev.batch_view, dev.pools_view, {ws, ws_bytes}, {ctx.stream, nullptr}),
@@ -77,8 +77,8 @@ void RunBatching(benchmark::State& state, int t, int b, int h, bool fused) {
     ws_bytes = plan.workspace_bytes;
     Check(cudaMalloc(&ws, ws_bytes), "malloc ws");
     CheckOk(kernels::PrepareGemmPathWorkspace(plan, {ws, ws_bytes}, ctx.stream), "prepare");
-    // The gather's CTAs (one per 64 tokens of a (slot, kv head) at D = 64); the GEMMs' grids are
-    // cuBLAS's choice.
+    // The gather's CTAs (one per 64 tokens of a (batch row, kv head) at D = 64); the GEMMs' grids
+    // are cuBLAS's choice.
     ctas = static_cast<double>(b) * shape.num_kv_heads * plan.t_pad / 64;
     enqueue = [&] {
       CheckOk(kernels::RunGemmPath(plan, shape, dev.batch_view, dev.pools_view, {ws, ws_bytes},

@@ -256,9 +256,9 @@ void BM_Step(benchmark::State& state, const ShapeCase& sc, LaunchMode mode, Memo
 
 // ---- floors: the same graph building blocks alone ------------------------------------------
 // launch-to-completion of graphs made of the step's pieces without the executor around them:
-// one no-op kernel (the gather kernel on an all-padding slot), one H2D or D2H memcpy node from or
-// to pinned memory, and the chain H2D -> kernel(s) -> D2H, with and without `disabled` extra
-// kernel nodes (what the executor's toggled-off gather/scatter cost).
+// one no-op kernel (the gather kernel on an all-padding batch row), one H2D or D2H memcpy node
+// from or to pinned memory, and the chain H2D -> kernel(s) -> D2H, with and without `disabled`
+// extra kernel nodes (what the executor's toggled-off gather/scatter cost).
 struct RawGraph {
   Graph graph;
   GraphExec exec;
@@ -279,7 +279,7 @@ void BM_RawGraph(benchmark::State& state, std::size_t h2d_bytes, int kernels, in
     return;
   }
   cudaMemset(dev->data(), 0, dev->bytes());
-  kernels::BatchIoArgs io;  // one padding slot: the kernel reads kv_lengths[0] == 0 and exits
+  kernels::BatchIoArgs io;  // one padding row: the kernel reads kv_lengths[0] == 0 and exits
   io.capacity = 1;
   io.kv_lengths = dev->as<std::int32_t>(dev->bytes() - 64);
   cudaGraph_t g = graph->get();

@@ -15,7 +15,8 @@
 //   full_retries          Submits per round refused with ResourceExhausted (max_queue_size
 //                         65536; the producer yields and retries)
 // One scheduler serves every round of a configuration; an untimed warm-up round first grows the
-// slot pool, so the timed rounds measure the steady state rather than first-touch page faults.
+// request-record pool, so the timed rounds measure the steady state rather than first-touch page
+// faults.
 // Shapes: "small" H=4 Hkv=2 D=64 (q+k+v = 1 KiB copied per request); "8b" H=32 Hkv=8 D=128
 // (Llama-3-8B-like, 12 KiB copied per request).
 #include <benchmark/benchmark.h>
@@ -188,7 +189,7 @@ void BM_Intake(benchmark::State& state) {
     return result;
   };
 
-  round();  // warm-up: grows the slot pool and the queues' blocks to their working size
+  round();  // warm-up: grows the request-record pool and the queues' blocks to their working size
   RoundResult total;
   for (auto _ : state) {
     const RoundResult r = round();

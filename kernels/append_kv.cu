@@ -1,5 +1,5 @@
-// Append-KV: copies each live slot's new K and V rows ([Hkv][D] each) into the page that holds
-// position kv_length - 1 of its layer. One CTA per slot, 16-byte copies; padded slots exit.
+// Append-KV: copies the new K and V ([Hkv][D] each) of each live batch row into the page that
+// holds position kv_length - 1 of its layer. One CTA per row, 16-byte copies; padded rows exit.
 #include <cstdint>
 #include <string>
 
@@ -22,17 +22,17 @@ __global__ void __launch_bounds__(kAppendThreads)
                    int block_size, int head_dim, int num_kv_heads) {
   WaitForPrerequisiteGrids();  // lengths, tables and k/v_new may come from a kernel just before
   AllowDependentLaunch();      // the decode kernel may launch and wait for this one to finish
-  const int slot = blockIdx.x;
-  const int len = kv_lengths[slot];
+  const int batch_row = blockIdx.x;
+  const int len = kv_lengths[batch_row];
   if (len <= 0) return;
   const int pos = len - 1;
-  const std::int64_t block = block_tables[static_cast<std::int64_t>(slot) * max_blocks_per_seq +
-                                          pos / block_size];
-  const std::int64_t page = layers[slot] * layer_stride + block * block_stride +
+  const std::int64_t block =
+      block_tables[static_cast<std::int64_t>(batch_row) * max_blocks_per_seq + pos / block_size];
+  const std::int64_t page = layers[batch_row] * layer_stride + block * block_stride +
                             static_cast<std::int64_t>(pos % block_size) * head_dim;
   const int vecs_per_row = head_dim / 8;  // 8 halves = 16 bytes
   const int vecs = num_kv_heads * vecs_per_row;
-  const std::int64_t src0 = static_cast<std::int64_t>(slot) * vecs;
+  const std::int64_t src0 = static_cast<std::int64_t>(batch_row) * vecs;
   for (int i = threadIdx.x; i < vecs; i += kAppendThreads) {
     const int h = i / vecs_per_row;
     const int j = i % vecs_per_row;

@@ -114,7 +114,7 @@ __device__ __forceinline__ void StorePartial(const SplitKvParams& p, std::int64_
   if (d == 0) p.partial_lse[part] = s.m + log2f(s.l);
 }
 
-// Element d of a split-KV kernel's row: the final output when the slot was not split (its one
+// Element d of a split-KV kernel's row: the final output when the row was not split (its one
 // CTA saw every key), else this split's partial.
 template <int kHeadDim>
 __device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std::int64_t row,

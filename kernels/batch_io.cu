@@ -23,29 +23,29 @@ __device__ void CopyHalves(Half* dst, const Half* src, int elems) {
 }
 
 __global__ void GatherInputsKernel(BatchIoArgs a) {
-  const int slot = blockIdx.x;
-  if (a.kv_lengths[slot] <= 0) return;  // padding
-  const std::uint64_t q = a.q_ptrs[slot];
+  const int batch_row = blockIdx.x;
+  if (a.kv_lengths[batch_row] <= 0) return;  // padding
+  const std::uint64_t q = a.q_ptrs[batch_row];
   if (q == 0) return;  // host-memory request: the memcpy node filled the buffers
-  CopyHalves(a.q + static_cast<std::int64_t>(slot) * a.q_elems,
+  CopyHalves(a.q + static_cast<std::int64_t>(batch_row) * a.q_elems,
              reinterpret_cast<const Half*>(q), a.q_elems);
-  CopyHalves(a.k + static_cast<std::int64_t>(slot) * a.kv_elems,
-             reinterpret_cast<const Half*>(a.k_ptrs[slot]), a.kv_elems);
-  CopyHalves(a.v + static_cast<std::int64_t>(slot) * a.kv_elems,
-             reinterpret_cast<const Half*>(a.v_ptrs[slot]), a.kv_elems);
+  CopyHalves(a.k + static_cast<std::int64_t>(batch_row) * a.kv_elems,
+             reinterpret_cast<const Half*>(a.k_ptrs[batch_row]), a.kv_elems);
+  CopyHalves(a.v + static_cast<std::int64_t>(batch_row) * a.kv_elems,
+             reinterpret_cast<const Half*>(a.v_ptrs[batch_row]), a.kv_elems);
 }
 
 __global__ void ScatterOutputsKernel(BatchIoArgs a) {
-  const int slot = blockIdx.x;
-  if (a.kv_lengths[slot] <= 0) return;
-  const std::uint64_t out = a.out_ptrs[slot];
+  const int batch_row = blockIdx.x;
+  if (a.kv_lengths[batch_row] <= 0) return;
+  const std::uint64_t out = a.out_ptrs[batch_row];
   if (out == 0) return;  // host-memory request: the D2H node returns it
-  CopyHalves(reinterpret_cast<Half*>(out), a.out + static_cast<std::int64_t>(slot) * a.q_elems,
+  CopyHalves(reinterpret_cast<Half*>(out), a.out + static_cast<std::int64_t>(batch_row) * a.q_elems,
              a.q_elems);
-  const std::uint64_t lse = a.lse_ptrs[slot];
+  const std::uint64_t lse = a.lse_ptrs[batch_row];
   if (lse != 0) {
     float* dst = reinterpret_cast<float*>(lse);
-    const float* src = a.lse + static_cast<std::int64_t>(slot) * a.num_q_heads;
+    const float* src = a.lse + static_cast<std::int64_t>(batch_row) * a.num_q_heads;
     for (int i = threadIdx.x; i < a.num_q_heads; i += blockDim.x) dst[i] = src[i];
   }
 }

@@ -16,10 +16,10 @@
 namespace attnrt::kernels {
 
 struct BatchIoArgs {
-  int capacity = 0;                   // slots (grid size)
+  int capacity = 0;                   // batch rows (grid size)
   int q_elems = 0;                    // H * D
   int kv_elems = 0;                   // Hkv * D
-  int num_q_heads = 0;                // H (LSE elements per slot)
+  int num_q_heads = 0;                // H (LSE elements per batch row)
   const std::int32_t* kv_lengths = nullptr;  // [capacity], device
   // [capacity] caller device pointers (0 for host-memory requests), device copies.
   const std::uint64_t* q_ptrs = nullptr;

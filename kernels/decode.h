@@ -23,16 +23,16 @@ namespace attnrt::kernels {
 // ---- CPU reference ------------------------------------------------------------------------
 enum class ReferencePrecision { kFloat32, kFloat64 };
 
-// Writes each live slot's k_new/v_new into its page (position kv_lengths[i] - 1). Host memory.
+// Writes each live row's k_new/v_new into its page (position kv_lengths[i] - 1). Host memory.
 void ReferenceAppendKv(const DecodeBatchView& batch, const KvPoolView& pools);
-// Decode attention for every live slot over host pools (after the append): GQA, any head dim,
+// Decode attention for every live row over host pools (after the append): GQA, any head dim,
 // variable lengths. Writes out (FP16) and lse (if non-null). `out_f32`, if non-null, receives the
 // unrounded output [capacity][H][D] for tighter checks.
 void ReferenceDecode(const DecodeBatchView& batch, const KvPoolView& pools,
                      ReferencePrecision precision, float* out_f32 = nullptr);
 
 // ---- CUDA -----------------------------------------------------------------------------------
-// Append-KV kernel: writes each live slot's new K/V into the device pools. A plan whose step is
+// Append-KV kernel: writes each live row's new K/V into the device pools. A plan whose step is
 // kAppendAndDecode runs it (or fuses it) itself; this is for callers that append separately.
 Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream);
 
@@ -49,12 +49,12 @@ StatusOr<DecodeDevice> CurrentDecodeDevice();
 // What a run does.
 enum class DecodeStep {
   kDecode,           // attention over the pools as they are (the new token already appended)
-  kAppendAndDecode,  // append each live slot's k_new/v_new first: what a serving graph runs
+  kAppendAndDecode,  // append each live row's k_new/v_new first: what a serving graph runs
 };
 
 struct DecodePlanRequest {
   ModelShape shape;
-  int capacity = 0;       // slots of the batch bucket (1..65535): grids are sized for it
+  int capacity = 0;       // rows of the batch bucket (1..65535): grids are sized for it
   int max_kv_length = 0;  // the longest kv_length the plan must run; 0 = shape.max_context
   DecodeStep step = DecodeStep::kAppendAndDecode;
   DecodeDevice device;
@@ -66,7 +66,7 @@ struct SplitKvLaunchConfig {
   // Warps per CTA of the tensor-core family: 2, 4 or 8 (not 8 at D = 256); its KV tile is
   // 16 * warps tokens. The SIMT family has one fixed CTA shape and ignores this.
   int warps = 4;
-  // Splitting: with W = capacity * num_kv_heads work items, each (slot, kv head) gets up to
+  // Splitting: with W = capacity * num_kv_heads work items, each (batch row, kv head) gets up to
   // sms * ctas_per_sm / W splits (at least 1). 0 = the occupancy rule: fill one wave of resident
   // CTAs when W < sms, else do not split.
   int ctas_per_sm = 0;
@@ -75,9 +75,9 @@ struct SplitKvLaunchConfig {
   bool operator==(const SplitKvLaunchConfig&) const = default;
 };
 
-// How a slot's context is cut into splits (split-KV paths). The grid has `max_splits` CTAs per
-// (slot, kv head); a slot uses as many as its own length allows (at least `min_tiles` tiles
-// each), the rest exit. The host (grid, workspace) and the device (SplitSlot) read the same one.
+// How a row's context is cut into splits (split-KV paths). The grid has `max_splits` CTAs per
+// (batch row, kv head); a row uses as many as its own length allows (at least `min_tiles` tiles
+// each), the rest exit. The host (grid, workspace) and the device (SplitRow) read the same one.
 struct SplitKvPlan {
   int max_splits = 1;
   int tile_tokens = 32;  // tokens a CTA consumes per pipeline step
@@ -107,7 +107,7 @@ struct DecodePlan {
   DecodeDevice device;
   std::size_t workspace_bytes = 0;  // DecodeWorkspace the run needs (0: none)
   KernelLaunch decode;  // the decode kernel (fused paths; the GEMM path's stages are in `gemm`)
-  KernelLaunch merge;   // split-KV: the merge of the splits (fn null when no slot can split)
+  KernelLaunch merge;   // split-KV: the merge of the splits (fn null when no row can split)
   SplitKvLaunchConfig split_kv_config;  // split-KV paths
   SplitKvPlan split_kv;                 // split-KV paths
   GemmPathPlan gemm;                    // the GEMM path
@@ -138,7 +138,7 @@ struct DecodeVariant {
   // Enqueues the plan's work on context.stream: capture-safe (no allocation, no host sync, the
   // plan's fixed grids), for any kv_lengths up to plan.max_kv_length. InvalidArgument naming the
   // field when the views or workspace disagree with the plan (nothing is enqueued then).
-  // Padded slots (kv_length 0) are never read or written.
+  // Padded rows (kv_length 0) are never read or written.
   Status (*run)(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                 DecodeWorkspace workspace, const DecodeRunContext& context);
 };

@@ -24,7 +24,7 @@ namespace attnrt::kernels {
 // variants instantiate; InvalidArgument if the shape itself is invalid.
 Status CheckKernelShape(const ModelShape& shape, std::string_view variant);
 
-// Slots a decode grid may have (a grid's y and z extents are at most 65535).
+// Batch rows a decode grid may have (a grid's y and z extents are at most 65535).
 inline constexpr int kMaxDecodeCapacity = 65535;
 
 // The first step of every path's plan: checks what every plan needs (the shape through
@@ -71,7 +71,7 @@ Status DispatchHeadDim(int head_dim, Fn&& fn) {
   }
 }
 
-// ---- variant "simple": one CTA per (slot, q head), online softmax, no workspace -----------
+// ---- variant "simple": one CTA per (batch row, q head), online softmax, no workspace -------
 inline constexpr std::string_view kSimpleVariantName = "simple";
 Status SimpleSupports(const ModelShape& shape);
 StatusOr<DecodePlan> PlanSimple(const DecodePlanRequest& request);
@@ -85,7 +85,7 @@ StatusOr<DecodePlan> PlanGemm(const DecodePlanRequest& request);
 Status RunGemm(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                DecodeWorkspace workspace, const DecodeRunContext& context);
 
-// ---- split-KV flash-decoding: one CTA per (slot, kv head, split), all G q heads per CTA -----
+// ---- split-KV flash-decoding: one CTA per (batch row, kv head, split), all G q heads per CTA
 // Two kernel families share the plan, the workspace, the merge kernel and the run:
 // "split_kv_simt" (CUDA-core FP32 dot products) and "split_kv" (tensor cores, production).
 enum class SplitKvFamily { kSimt, kTensorCore };
@@ -111,16 +111,16 @@ Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const Kv
 StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig& config,
                                  const DecodePlanRequest& request);
 
-// The splits a slot of `kv_length` tokens uses under a plan: the host and every split-KV kernel
+// The splits a row of `kv_length` tokens uses under a plan: the host and every split-KV kernel
 // compute it from the same SplitKvPlan.
-struct SlotSplit {
+struct RowSplit {
   int num_splits;
   int tiles_per_split;
 };
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline SlotSplit SplitSlot(int kv_length, const SplitKvPlan& plan) {
+inline RowSplit SplitRow(int kv_length, const SplitKvPlan& plan) {
   const int tiles = (kv_length + plan.tile_tokens - 1) / plan.tile_tokens;
   int splits = tiles / plan.min_tiles;
   splits = splits < 1 ? 1 : (splits > plan.max_splits ? plan.max_splits : splits);

@@ -1,4 +1,4 @@
-// Variant "simple": one CTA per (slot, q head); each warp walks every 4th token with an online
+// Variant "simple": one CTA per (batch row, q head); each warp walks every 4th token with an online
 // softmax, the four warps merge at the end. No split, no workspace, scalar page-table lookups:
 // the correctness baseline the tuned variant is measured against (it re-reads each K/V byte
 // once per q head of a GQA group).
@@ -22,24 +22,25 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const PagedDecodeParams p) {
   constexpr int kPerLane = kHeadDim / 32;  // 2, 4 or 8 consecutive elements per lane
   const int h = blockIdx.x;
-  const int slot = blockIdx.y;
-  const int len = p.kv_lengths[slot];
+  const int batch_row = blockIdx.y;
+  const int len = p.kv_lengths[batch_row];
   if (len <= 0) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int kv_head = h / p.group;
   const int block_size = 1 << p.log2_block_size;
 
-  const std::int64_t q_row = (static_cast<std::int64_t>(slot) * p.num_q_heads + h) * kHeadDim;
+  const std::int64_t q_row = (static_cast<std::int64_t>(batch_row) * p.num_q_heads + h) * kHeadDim;
   float q[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
     q[e] = __half2float(reinterpret_cast<const __half*>(p.q)[q_row + lane * kPerLane + e]) *
            p.scale_log2;
   }
-  const std::int64_t head_base = p.layers[slot] * p.layer_stride +
+  const std::int64_t head_base = p.layers[batch_row] * p.layer_stride +
                                  static_cast<std::int64_t>(kv_head) * block_size * kHeadDim;
-  const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(slot) * p.max_blocks_per_seq;
+  const std::int32_t* table =
+      p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq;
 
   float m = kNoScore, l = 0.0f, acc[kPerLane] = {};
   for (int t = warp; t < len; t += kSimpleWarps) {
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kSimpleThreads) SimpleDecodeKernel(const Paged
   if (p.lse != nullptr && threadIdx.x == 0) {  // the row's (m, l), merged the same way once more
     const AttentionState<float> s =
         MergeAttentionStates<float>(kSimpleWarps, m_of, l_of, [](int) { return 0.0f; });
-    p.lse[static_cast<std::int64_t>(slot) * p.num_q_heads + h] =
+    p.lse[static_cast<std::int64_t>(batch_row) * p.num_q_heads + h] =
         NaturalLse<ScoreUnits::kLog2>(s.m, s.l);
   }
 }

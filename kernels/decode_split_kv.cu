@@ -77,13 +77,13 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   AllowDependentLaunch();
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
-  const int slot = blockIdx.z;
-  const int len = p.kv_lengths[slot];
-  const int layer = p.layers[slot];  // issued with the length: one memory round trip, not two
+  const int batch_row = blockIdx.z;
+  const int len = p.kv_lengths[batch_row];
+  const int layer = p.layers[batch_row];  // issued with the length: one memory round trip, not two
   if (len <= 0) return;  // padding
-  const SlotSplit ss = SplitSlot(len, p.plan);
-  if (split >= ss.num_splits) return;  // this slot needs fewer splits than the grid has
-  // Fused append: the last split of each (slot, kv head) stores the new token's K/V into its
+  const RowSplit ss = SplitRow(len, p.plan);
+  if (split >= ss.num_splits) return;  // this row needs fewer splits than the grid has
+  // Fused append: the last split of each (batch row, kv head) stores the new token's K/V into its
   // page and takes that token from k_new/v_new (so it never reads the page it writes).
   const int append_tok = (p.fuse_append && split == ss.num_splits - 1) ? len - 1 : -1;
   const int begin = split * ss.tiles_per_split * kCtaTokens;
@@ -101,8 +101,9 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   const Half* k_base = p.k + head_off;
   const Half* v_base = p.v + head_off;
   const std::int64_t new_off =
-      (static_cast<std::int64_t>(slot) * (p.num_q_heads / p.group) + kv_head) * kHeadDim;
-  const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(slot) * p.max_blocks_per_seq;
+      (static_cast<std::int64_t>(batch_row) * (p.num_q_heads / p.group) + kv_head) * kHeadDim;
+  const std::int32_t* table =
+      p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq;
   Half* ring = reinterpret_cast<Half*>(tc_smem) + warp * kTcStages * 2 * kTileHalves;
 
   // Lane j < 16 holds the block id of token j of the next tile to issue (fetched a tile ahead).
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   {
     const bool head_ok = g < p.group;
     const std::uint32_t* q_row = reinterpret_cast<const std::uint32_t*>(
-        p.q + (static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * p.group + (head_ok ? g : 0)) *
+        p.q + (static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group +
+               (head_ok ? g : 0)) *
                   kHeadDim);
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
@@ -271,7 +273,8 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
         kWarps, [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2]; },
         [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1]; },
         [&](int w) { return red_o[(w * kMaxHeadsPerKv + h) * kHeadDim + d]; });
-    const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * p.group + h;
+    const std::int64_t row =
+        static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group + h;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
 }

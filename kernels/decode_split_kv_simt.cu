@@ -1,5 +1,5 @@
 // Variant "split_kv_simt": flash-decoding on CUDA cores. Changed from "simple": one CTA per
-// (slot, kv head, split) serves all G q heads (each K/V byte read once per GQA group), 16-byte
+// (batch row, kv head, split) serves all G q heads (each K/V byte read once per GQA group), 16-byte
 // cp.async copies 3 stages deep (each thread copies exactly the chunks it later reads, so the
 // main loop has no barrier), block ids fetched one tile ahead, device-side splits + merge.
 // H200, 2026-11-21: MHA B=32 H=32 T=4096 990 -> 489 us; GQA 32/8 935 -> 162 us (bench/NOTES.md).
@@ -44,11 +44,11 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
   AllowDependentLaunch();
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
-  const int slot = blockIdx.z;
-  const int len = p.kv_lengths[slot];
+  const int batch_row = blockIdx.z;
+  const int len = p.kv_lengths[batch_row];
   if (len <= 0) return;  // padding
-  const SlotSplit ss = SplitSlot(len, p.plan);
-  if (split >= ss.num_splits) return;  // this slot needs fewer splits than the grid has
+  const RowSplit ss = SplitRow(len, p.plan);
+  if (split >= ss.num_splits) return;  // this row needs fewer splits than the grid has
   const int begin = split * ss.tiles_per_split * Tile::kTokens;
   const int end = min(len, begin + ss.tiles_per_split * Tile::kTokens);
   const int num_tiles = (end - begin + Tile::kTokens - 1) / Tile::kTokens;
@@ -58,11 +58,12 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
   const int row0 = tid / kLanesPerRow;
   const int bs_mask = (1 << p.log2_block_size) - 1;
   const std::int64_t head_off =
-      p.layers[slot] * p.layer_stride +
+      p.layers[batch_row] * p.layer_stride +
       static_cast<std::int64_t>(kv_head) * (bs_mask + 1) * kHeadDim + lane_in_row * 8;
   const Half* k_base = p.k + head_off;
   const Half* v_base = p.v + head_off;
-  const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(slot) * p.max_blocks_per_seq;
+  const std::int32_t* table =
+      p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq;
 
   __shared__ StageBuffers smem;
 
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
     const std::int64_t row =
-        (static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * kGroup + g) * kHeadDim;
+        (static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * kGroup + g) * kHeadDim;
     Half8ToFloat(*reinterpret_cast<const uint4*>(p.q + row + lane_in_row * 8), q[g]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) q[g][e] *= p.scale_log2;
@@ -227,7 +228,8 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
         kWarps, [&](int w) { return red_ml[(w * kGroup + g) * 2]; },
         [&](int w) { return red_ml[(w * kGroup + g) * 2 + 1]; },
         [&](int w) { return red_acc[(w * kGroup + g) * kHeadDim + d]; });
-    const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + kv_head * kGroup + g;
+    const std::int64_t row =
+        static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * kGroup + g;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
 }

@@ -12,18 +12,19 @@
 namespace attnrt::kernels {
 namespace {
 
-// Block id holding token t of slot i.
-std::int32_t BlockOf(const DecodeBatchView& batch, int slot, int t, int block_size) {
+// Block id holding token t of batch row `batch_row`.
+std::int32_t BlockOf(const DecodeBatchView& batch, int batch_row, int t, int block_size) {
   const std::int32_t block =
-      batch.block_tables[static_cast<std::int64_t>(slot) * batch.max_blocks_per_seq +
+      batch.block_tables[static_cast<std::int64_t>(batch_row) * batch.max_blocks_per_seq +
                          t / block_size];
   return block;
 }
 
 template <typename Acc>
-void DecodeSlot(const DecodeBatchView& batch, const KvPoolView& pools, int slot, float* out_f32) {
-  const int len = batch.kv_lengths[slot];
-  const int layer = batch.layers[slot];
+void DecodeRow(const DecodeBatchView& batch, const KvPoolView& pools, int batch_row,
+               float* out_f32) {
+  const int len = batch.kv_lengths[batch_row];
+  const int layer = batch.layers[batch_row];
   const int h_q = batch.num_q_heads;
   const int h_kv = pools.num_kv_heads;
   const int d = pools.head_dim;
@@ -37,13 +38,13 @@ void DecodeSlot(const DecodeBatchView& batch, const KvPoolView& pools, int slot,
   std::vector<Acc> q(d);
   for (int h = 0; h < h_q; ++h) {
     const int kv_head = h / group;
-    const Half* q_row = batch.q + (static_cast<std::int64_t>(slot) * h_q + h) * d;
+    const Half* q_row = batch.q + (static_cast<std::int64_t>(batch_row) * h_q + h) * d;
     for (int j = 0; j < d; ++j) q[j] = static_cast<Acc>(HalfToFloat(q_row[j]));
 
     // Pass 1: scaled scores and their max.
     Acc max_score = -INFINITY;
     for (int t = 0; t < len; ++t) {
-      const std::int32_t block = BlockOf(batch, slot, t, bs);
+      const std::int32_t block = BlockOf(batch, batch_row, t, bs);
       ATTNRT_DCHECK(block >= 0 && block < pools.num_blocks);
       const Half* k = pools.k + pools.TokenOffset(layer, block, kv_head, t % bs);
       Acc dot = 0;
@@ -57,18 +58,18 @@ void DecodeSlot(const DecodeBatchView& batch, const KvPoolView& pools, int slot,
     for (int t = 0; t < len; ++t) {
       const Acc p = std::exp(scores[t] - max_score);
       sum += p;
-      const std::int32_t block = BlockOf(batch, slot, t, bs);
+      const std::int32_t block = BlockOf(batch, batch_row, t, bs);
       const Half* v = pools.v + pools.TokenOffset(layer, block, kv_head, t % bs);
       for (int j = 0; j < d; ++j) acc[j] += p * static_cast<Acc>(HalfToFloat(v[j]));
     }
-    const std::int64_t row = (static_cast<std::int64_t>(slot) * h_q + h) * d;
+    const std::int64_t row = (static_cast<std::int64_t>(batch_row) * h_q + h) * d;
     for (int j = 0; j < d; ++j) {
       const float o = static_cast<float>(acc[j] / sum);
       batch.out[row + j] = FloatToHalf(o);
       if (out_f32 != nullptr) out_f32[row + j] = o;
     }
     if (batch.lse != nullptr) {
-      batch.lse[static_cast<std::int64_t>(slot) * h_q + h] =
+      batch.lse[static_cast<std::int64_t>(batch_row) * h_q + h] =
           static_cast<float>(max_score + std::log(sum));
     }
   }
@@ -100,9 +101,9 @@ void ReferenceDecode(const DecodeBatchView& batch, const KvPoolView& pools,
   for (int i = 0; i < batch.capacity; ++i) {
     if (batch.kv_lengths[i] <= 0) continue;  // padding: no read, no write
     if (precision == ReferencePrecision::kFloat64) {
-      DecodeSlot<double>(batch, pools, i, out_f32);
+      DecodeRow<double>(batch, pools, i, out_f32);
     } else {
-      DecodeSlot<float>(batch, pools, i, out_f32);
+      DecodeRow<float>(batch, pools, i, out_f32);
     }
   }
 }

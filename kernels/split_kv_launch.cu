@@ -17,17 +17,18 @@ constexpr int kMaxSplits = 64;
 // Dynamic shared memory a kernel gets without opting in (cudaFuncSetAttribute).
 constexpr int kDefaultDynamicSmemBytes = 48 * 1024;
 
-// One CTA per (q head, slot) that was split: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
+// One CTA per (q head, batch row) that was split:
+//   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
 template <int kHeadDim>
 __global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKvParams p) {
   WaitForPrerequisiteGrids();  // the partials come from the decode kernel just before
   const int h = blockIdx.x;
-  const int slot = blockIdx.y;
-  const int len = p.kv_lengths[slot];
+  const int batch_row = blockIdx.y;
+  const int len = p.kv_lengths[batch_row];
   if (len <= 0) return;
-  const SlotSplit ss = SplitSlot(len, p.plan);
-  if (ss.num_splits == 1) return;  // the decode kernel wrote this slot's output itself
-  const std::int64_t row = static_cast<std::int64_t>(slot) * p.num_q_heads + h;
+  const RowSplit ss = SplitRow(len, p.plan);
+  if (ss.num_splits == 1) return;  // the decode kernel wrote this row's output itself
+  const std::int64_t row = static_cast<std::int64_t>(batch_row) * p.num_q_heads + h;
   const float* lse = p.partial_lse + row * p.plan.max_splits;
   const int d = threadIdx.x * 4;
   // A split's partial is already normalised (its l is 1) and its LSE is in log2 units.
@@ -95,7 +96,7 @@ SplitKvPlan SplitsFor(const SplitKvKernel& k, int sm_count, int ctas_per_sm_resi
   } else if (work < sm_count) {
     // The occupancy rule: with a CTA per SM or more, each streaming 32+ KB in flight, the grid
     // already saturates HBM; below that, split until one wave of resident CTAs is full when every
-    // slot is live. A slot's own length then decides how many of its splits do work.
+    // row is live. A row's own length then decides how many of its splits do work.
     splits = std::max(1, sm_count * ctas_per_sm_resident / work);
   }
   const int max_tiles = (shape.max_context + plan.tile_tokens - 1) / plan.tile_tokens;
@@ -177,7 +178,7 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
   plan.workspace_bytes = Layout(shape, plan.capacity, plan.split_kv).total();
   plan.decode = {k.fn, dim3(plan.split_kv.max_splits, shape.num_kv_heads, plan.capacity),
                  k.threads, k.smem_bytes};
-  if (plan.split_kv.max_splits > 1) {  // else no slot can split: no merge launch at all
+  if (plan.split_kv.max_splits > 1) {  // else no row can split: no merge launch at all
     plan.merge.grid = dim3(shape.num_q_heads, plan.capacity);
     plan.merge.threads = shape.head_dim / 4;
     ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(shape.head_dim, [&](auto d) {

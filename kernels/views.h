@@ -10,7 +10,7 @@
 
 namespace attnrt::kernels {
 
-// K and V pools of every layer. Layout (the KV contract, ARCHITECTURE.md):
+// K and V pools of every layer. Layout (the KV contract, kvcache/kvcache.h):
 //   per layer: [num_blocks][num_kv_heads][block_size][head_dim] FP16 ("HND": one head's page is
 //   contiguous, block_size*head_dim*2 bytes), layer l at k + l * layer_stride (same for v).
 struct KvPoolView {
@@ -33,8 +33,8 @@ struct KvPoolView {
   }
 };
 
-// One decode batch of `capacity` slots (the batch bucket; a CUDA grid is sized from it). Slot i
-// is one request: one new token of one sequence at one layer. A slot with kv_lengths[i] == 0 is
+// One decode batch of `capacity` rows (the batch bucket; a CUDA grid is sized from it). Row i
+// is one request: one new token of one sequence at one layer. A row with kv_lengths[i] == 0 is
 // padding and is skipped by every kernel (no read, no write).
 struct DecodeBatchView {
   int capacity = 0;

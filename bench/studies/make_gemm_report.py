@@ -296,7 +296,7 @@ def study2(rows, sdpa, figdir):
     md.append("Decode (q-len 1), D = 64, MHA, every request at context T. Per-query latency = "
               "GPU time / (B×H). Speedup = per-query latency at B×H = 1 over this row's. "
               "max diff = max |out − ref| vs FP64 (CPU reference for ours, float64 SDPA math for "
-              "PyTorch). CTAs: fused = (slot, kv head, split) CTAs that do work; gemm = the gather "
+              "PyTorch). CTAs: fused = (batch row, kv head, split) CTAs that do work; gemm = the gather "
               "kernel's CTAs (the GEMMs' grids are cuBLAS's). 132 SMs.")
     md.append("")
     head = {}

@@ -1,7 +1,7 @@
 // Every decode path in the variant table (the fused kernels and the cuBLAS GEMM path), and
 // append-KV, against the CPU reference (FP64) on fresh N(0,1) inputs with outputs, workspace and
 // unread pool positions poisoned: max |out - ref| <= 2e-3, relative L2 <= 1e-3, LSE within 1e-3,
-// padded slots untouched, pools written exactly where the reference writes. Each case plans once
+// padded rows untouched, pools written exactly where the reference writes. Each case plans once
 // on the current device and runs the plan. Skips (with the reason) where no CUDA device is present.
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
@@ -157,7 +157,7 @@ void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const 
   EXPECT_LE(e.max_abs, kMaxAbs);
   EXPECT_LE(e.rel_l2, kRelL2);
   EXPECT_LE(testing::MaxLseError(host, lse, host.lse), kLseTol);
-  EXPECT_TRUE(testing::PaddedSlotsUntouched(host, out, lse)) << "a padded slot was written";
+  EXPECT_TRUE(testing::PaddedRowsUntouched(host, out, lse)) << "a padded row was written";
 }
 
 
@@ -196,12 +196,12 @@ TEST_P(DecodeSweepTest, MatchesReference) {
   const auto& [name, d, bs, group] = GetParam();
   const int hkv = 2;
   const ModelShape shape = Shape(group * hkv, hkv, d, bs, /*layers=*/2, /*max_context=*/2048);
-  // Block boundaries (k*bs, k*bs + 1), length 1, a padding slot, a short and two long contexts
+  // Block boundaries (k*bs, k*bs + 1), length 1, a padding row, a short and two long contexts
   // (the long ones split in split_kv, the short ones do not).
   const std::vector<int> lengths = {1, bs, bs + 1, 0, 3 * bs, 3 * bs + 1, 300, 1500, 2048};
   PagedBatchOptions opt;
   opt.seed = 1000 + d * 7 + bs * 13 + group * 31;
-  opt.capacity = static_cast<int>(lengths.size()) + 1;  // and a padding slot at the end
+  opt.capacity = static_cast<int>(lengths.size()) + 1;  // and a padding row at the end
   RunCase(Variant(name), shape, lengths, opt);
 }
 
@@ -225,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- Edge cases, per variant ------------------------------------------------------------------
 
 // The known failure class of captured decode: the graph is captured while every context is
-// short (nothing splits), then replayed after the contexts grew long (most slots split).
+// short (nothing splits), then replayed after the contexts grew long (most rows split).
 void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
   const ModelShape shape = Shape(8, 2, 128, 16, 2, 8192);
   const std::vector<int> long_lengths = {8000, 40, 5000, 0, 6100, 2};
@@ -321,7 +321,7 @@ TEST_P(DecodeEdgeTest, MixedLengths1To4096) {
   RunCase(variant(), Shape(8, 2, 128, 16, 4, 4096), lengths, {.seed = 16});
 }
 
-// Capacity large enough that split_kv's grid has one split per (slot, kv head): no merge.
+// Capacity large enough that split_kv's grid has one split per (batch row, kv head): no merge.
 TEST_P(DecodeEdgeTest, LargeBatchUnsplit) {
   SKIP_WITHOUT_GPU();
   testing::NormalRng rng(17);
@@ -466,7 +466,7 @@ TEST_P(LaunchConfigTest, MatchesReference) {
     EXPECT_NE(s.message().find("config.warps = 8"), std::string::npos) << s.ToString();
     GTEST_SKIP() << "8 warps at head_dim 256 is not built (384 KB of shared memory)";
   }
-  // Length 1, block and CTA-tile boundaries, a padding slot, contexts that split into a few and
+  // Length 1, block and CTA-tile boundaries, a padding row, contexts that split into a few and
   // into the most pieces, and one as long as max_context.
   const int tile = 16 * warps;
   const std::vector<int> lengths = {1, 16, 17, tile, tile + 1, 0, 300, 1500, 4097, 8192};
@@ -527,14 +527,14 @@ TEST_P(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
     return plan.ok() ? plan->split_kv : SplitKvPlan{};
   };
   const SplitKvPlan plan = split_plan(Shape(4, 2, 128, 16, 2, 2048), 10);
-  EXPECT_GT(SplitSlot(1500, plan).num_splits, 1);
-  EXPECT_EQ(SplitSlot(17, plan).num_splits, 1);  // the block-boundary cases stay whole
+  EXPECT_GT(SplitRow(1500, plan).num_splits, 1);
+  EXPECT_EQ(SplitRow(17, plan).num_splits, 1);  // the block-boundary cases stay whole
   const SplitKvPlan gplan = split_plan(Shape(8, 2, 128, 16, 2, 8192), 6);
-  EXPECT_EQ(SplitSlot(17, gplan).num_splits, 1);
-  EXPECT_GT(SplitSlot(8000, gplan).num_splits, 1);
+  EXPECT_EQ(SplitRow(17, gplan).num_splits, 1);
+  EXPECT_GT(SplitRow(8000, gplan).num_splits, 1);
   EXPECT_EQ(split_plan(Shape(32, 8, 64, 32, 2, 1024), 96).max_splits, 1);
   const SplitKvPlan long_plan = split_plan(Shape(2, 1, 128, 64, 1, 131072), 1);
-  EXPECT_GT(SplitSlot(131072, long_plan).num_splits, 8);
+  EXPECT_GT(SplitRow(131072, long_plan).num_splits, 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SplitKvPlanTest,

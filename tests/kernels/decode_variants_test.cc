@@ -166,7 +166,7 @@ TEST(DecodeVariantsTest, PlansOnADescribedDeviceRecordTheirDecisions) {
       }
       if (v.name == "simple") {
         EXPECT_EQ(plan->workspace_bytes, 0u);
-        EXPECT_EQ(plan->decode.grid.x, 32u);  // one CTA per (q head, slot)
+        EXPECT_EQ(plan->decode.grid.x, 32u);  // one CTA per (q head, batch row)
         EXPECT_EQ(plan->decode.grid.y, 8u);
       }
     }
@@ -237,14 +237,14 @@ TEST(DecodeVariantsTest, CurrentDeviceIsUnavailableWithoutAGpu) {
   }
 }
 
-// Every token of a slot lands in exactly one split; each split but the last is full; short
-// contexts are never split; no slot asks for more splits than the grid has.
+// Every token of a row lands in exactly one split; each split but the last is full; short
+// contexts are never split; no row asks for more splits than the grid has.
 TEST(SplitKvPlanTest, SplitsCoverEveryTokenOnce) {
   for (int max_splits : {1, 2, 7, 16, 64}) {
     for (int min_tiles : {1, 4, 8, 16}) {
       SplitKvPlan plan{max_splits, 32, min_tiles};
       for (int len = 1; len <= 20000; len += (len < 600 ? 1 : 97)) {
-        const SlotSplit s = SplitSlot(len, plan);
+        const RowSplit s = SplitRow(len, plan);
         const int tiles = (len + 31) / 32;
         ASSERT_GE(s.num_splits, 1);
         ASSERT_LE(s.num_splits, max_splits);

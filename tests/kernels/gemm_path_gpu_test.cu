@@ -85,7 +85,7 @@ class GemmPathGpuTest : public ::testing::Test {
     EXPECT_LE(e.max_abs, kMaxAbs) << what;
     EXPECT_LE(e.rel_l2, kRelL2) << what;
     EXPECT_LE(testing::MaxLseError(host, got_lse, ref_lse), kLseTol) << what;
-    EXPECT_TRUE(testing::PaddedSlotsUntouched(host, got, got_lse)) << what;
+    EXPECT_TRUE(testing::PaddedRowsUntouched(host, got, got_lse)) << what;
   }
 
   cudaStream_t stream_ = nullptr;

@@ -98,7 +98,7 @@ TEST(LaunchTableTest, PlanFollowsTheConfiguration) {
       EXPECT_EQ(plan->decode.threads, 32 * warps);
       EXPECT_EQ(plan->decode.grid.x, static_cast<unsigned>(split.max_splits));
       // A split never gets fewer than min_split tokens (except where the context is shorter).
-      const SlotSplit ss = SplitSlot(32768, split);
+      const RowSplit ss = SplitRow(32768, split);
       EXPECT_GE(ss.tiles_per_split * split.tile_tokens, min_split);
     }
   }

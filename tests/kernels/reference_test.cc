@@ -122,11 +122,11 @@ TEST(ReferenceDecodeTest, GqaHeadsReadTheirKvHead) {
   }
 }
 
-TEST(ReferenceAppendKvTest, WritesOnlyTheNewTokenOfLiveSlots) {
+TEST(ReferenceAppendKvTest, WritesOnlyTheNewTokenOfLiveRows) {
   const ModelShape shape = Shape(4, 2, 64, 8, /*layers=*/3);
   const std::vector<int> lengths = {9, 0, 16, 1, 0, 8};
   PagedBatchOptions opt;
-  opt.capacity = 8;  // two more padding slots at the end
+  opt.capacity = 8;  // two more padding rows at the end
   PagedBatch b = MakePagedBatch(shape, lengths, opt);
   std::vector<Half> k_before = b.k_pool, v_before = b.v_pool;
   ReferenceAppendKv(b.view(), b.pools());
@@ -160,19 +160,20 @@ struct DenseCase {
   float q_scale;
 };
 
-// Gathers slot i's K and V into dense [len][D] rows per kv head with the layout written out by
+// Gathers a batch row's K and V into dense [len][D] rows per kv head with the layout written out by
 // hand (not through KvPoolView::TokenOffset), then runs softmax(q K^T * scale) V in long double.
-void NaiveDense(PagedBatch& b, int slot, std::vector<long double>* out, std::vector<long double>* lse) {
+void NaiveDense(PagedBatch& b, int batch_row, std::vector<long double>* out,
+                std::vector<long double>* lse) {
   const ModelShape& s = b.shape;
-  const int len = b.kv_lengths[slot], d = s.head_dim, bs = s.block_size, hkv = s.num_kv_heads;
-  const int layer = b.layers[slot];
+  const int len = b.kv_lengths[batch_row], d = s.head_dim, bs = s.block_size, hkv = s.num_kv_heads;
+  const int layer = b.layers[batch_row];
   const std::int64_t block_elems = static_cast<std::int64_t>(hkv) * bs * d;
   out->assign(static_cast<std::size_t>(s.num_q_heads) * d, 0.0L);
   lse->assign(s.num_q_heads, 0.0L);
   for (int kvh = 0; kvh < hkv; ++kvh) {
     std::vector<long double> k(static_cast<std::size_t>(len) * d), v(k.size());
     for (int t = 0; t < len; ++t) {
-      const std::int64_t block = b.block_tables[slot * b.max_blocks_per_seq + t / bs];
+      const std::int64_t block = b.block_tables[batch_row * b.max_blocks_per_seq + t / bs];
       const std::int64_t base = (layer * b.num_blocks + block) * block_elems +
                                 (static_cast<std::int64_t>(kvh) * bs + t % bs) * d;
       for (int j = 0; j < d; ++j) {
@@ -186,7 +187,7 @@ void NaiveDense(PagedBatch& b, int slot, std::vector<long double>* out, std::vec
       long double mx = -INFINITY;
       for (int t = 0; t < len; ++t) {
         long double dot = 0;
-        for (int j = 0; j < d; ++j) dot += HalfToFloat(b.q[(slot * s.num_q_heads + h) * d + j]) * k[t * d + j];
+        for (int j = 0; j < d; ++j) dot += HalfToFloat(b.q[(batch_row * s.num_q_heads + h) * d + j]) * k[t * d + j];
         p[t] = dot * s.scale();
         mx = std::max(mx, p[t]);
       }
@@ -223,7 +224,7 @@ TEST_P(ReferenceDenseTest, MatchesNaiveDenseAttention) {
     testing::Poison(b.lse);
     std::vector<float> out_f32(b.out.size());
     ReferenceDecode(b.view(), b.pools(), p, out_f32.data());
-    EXPECT_TRUE(testing::PaddedSlotsUntouched(b, b.out, b.lse));
+    EXPECT_TRUE(testing::PaddedRowsUntouched(b, b.out, b.lse));
     double max_err = 0, max_lse_err = 0, max_half_err = 0;
     for (int i = 0; i < b.capacity; ++i) {
       if (!b.live(i)) continue;

@@ -99,7 +99,7 @@ TEST_F(SequenceTableTest, AppendGrowsTheTableToCoverTheLongestLayer) {
   EXPECT_EQ(allocator_.num_free(), 12 - 3);
 }
 
-TEST_F(SequenceTableTest, AppendTokenReturnsTheSlotOfTheNewToken) {
+TEST_F(SequenceTableTest, AppendTokenReturnsThePositionOfTheNewToken) {
   ASSERT_TRUE(table_.Create(5).ok());
   for (int pos = 0; pos < 20; ++pos) {
     auto token = table_.AppendToken(5, 2, &copies_);
@@ -136,16 +136,16 @@ TEST_F(SequenceTableTest, PartialBlockIsCopiedOnTheChildsWriteThenTheParentWrite
   const BlockId a = parent[0], b = parent[1];
   ASSERT_TRUE(table_.Fork(1, 2).ok());
 
-  auto child_slot = table_.AppendToken(2, kAll, &copies_);
-  ASSERT_TRUE(child_slot.ok());
+  auto child_token = table_.AppendToken(2, kAll, &copies_);
+  ASSERT_TRUE(child_token.ok());
   ASSERT_EQ(copies_.size(), 1u);
   const BlockId c = copies_[0].dst;
   EXPECT_EQ(copies_[0].src, b);
   EXPECT_NE(c, a);
   EXPECT_NE(c, b);
-  EXPECT_EQ(child_slot->block, c);
-  EXPECT_EQ(child_slot->offset, 4);
-  EXPECT_EQ(child_slot->position, 12);
+  EXPECT_EQ(child_token->block, c);
+  EXPECT_EQ(child_token->offset, 4);
+  EXPECT_EQ(child_token->position, 12);
   EXPECT_EQ(TableOf(table_, 2), (std::vector<BlockId>{a, c}));
   EXPECT_EQ(TableOf(table_, 1), (std::vector<BlockId>{a, b}));
   EXPECT_EQ(allocator_.ref_count(a), 2);  // full block stays shared
@@ -155,11 +155,11 @@ TEST_F(SequenceTableTest, PartialBlockIsCopiedOnTheChildsWriteThenTheParentWrite
   EXPECT_EQ(LengthOf(table_, 2, 0), 13);
 
   copies_.clear();
-  auto parent_slot = table_.AppendToken(1, kAll, &copies_);
-  ASSERT_TRUE(parent_slot.ok());
+  auto parent_token = table_.AppendToken(1, kAll, &copies_);
+  ASSERT_TRUE(parent_token.ok());
   EXPECT_TRUE(copies_.empty());  // B is the parent's alone now
-  EXPECT_EQ(parent_slot->block, b);
-  EXPECT_EQ(parent_slot->offset, 4);
+  EXPECT_EQ(parent_token->block, b);
+  EXPECT_EQ(parent_token->offset, 4);
   EXPECT_EQ(TableOf(table_, 1), (std::vector<BlockId>{a, b}));
   EXPECT_EQ(allocator_.num_free(), 12 - 3);
 }

@@ -1,7 +1,7 @@
 // Host builder of a random paged decode batch for tests and benchmarks: K/V pools with every
-// layer, block tables made of shuffled block ids, per-slot lengths and layers, q/k_new/v_new
+// layer, block tables made of shuffled block ids, per-row lengths and layers, q/k_new/v_new
 // drawn from N(0,1), outputs poisoned. Header-only, no CUDA (a device mirror lives beside the
-// GPU tests). Positions a kernel must never read (past each slot's history, unused blocks, the
+// GPU tests). Positions a kernel must never read (past each row's history, unused blocks, the
 // new token's position before the append) are NaN, so a stray read shows up in the output.
 #pragma once
 
@@ -21,10 +21,10 @@ namespace attnrt::testing {
 
 struct PagedBatchOptions {
   std::uint64_t seed = 1;
-  int capacity = 0;        // slots; 0 means lengths.size(). Slots past lengths are padding.
+  int capacity = 0;        // rows; 0 means lengths.size(). Rows past lengths are padding.
   int extra_blocks = 3;    // unused (poisoned) blocks in the pool beside the ones in use
   float q_scale = 1.0f;    // q ~ q_scale * N(0,1); 20 makes the softmax peaky
-  bool random_layers = true;  // each slot attends a random layer (else layer 0)
+  bool random_layers = true;  // each row attends a random layer (else layer 0)
 };
 
 // Owns host memory; pools() and view() are views into it (valid while the batch lives and is
@@ -68,19 +68,19 @@ struct PagedBatch {
     b.scale = shape.scale();
     return b;
   }
-  // Element offset of token t (kv head h) of slot i in its layer's pool.
-  std::int64_t TokenOffset(int slot, int t, int h) {
-    const int block = block_tables[static_cast<std::size_t>(slot) * max_blocks_per_seq +
+  // Element offset of token t (kv head h) of a batch row in its layer's pool.
+  std::int64_t TokenOffset(int batch_row, int t, int h) {
+    const int block = block_tables[static_cast<std::size_t>(batch_row) * max_blocks_per_seq +
                                    t / shape.block_size];
-    return pools().TokenOffset(layers[slot], block, h, t % shape.block_size);
+    return pools().TokenOffset(layers[batch_row], block, h, t % shape.block_size);
   }
-  bool live(int slot) const { return kv_lengths[slot] > 0; }
+  bool live(int batch_row) const { return kv_lengths[batch_row] > 0; }
   std::int64_t live_kv_tokens() const {
     return std::accumulate(kv_lengths.begin(), kv_lengths.end(), std::int64_t{0});
   }
 };
 
-// Builds a batch for `lengths` (each >= 0; 0 = padding slot). Every length must be
+// Builds a batch for `lengths` (each >= 0; 0 = padding row). Every length must be
 // <= shape.max_context.
 inline PagedBatch MakePagedBatch(const ModelShape& shape, std::span<const int> lengths,
                                  const PagedBatchOptions& options = {}) {
@@ -120,7 +120,7 @@ inline PagedBatch MakePagedBatch(const ModelShape& shape, std::span<const int> l
   }
 
   // Pools: random everywhere (other layers' pages of a block hold real-looking data, so reading
-  // the wrong layer gives a wrong answer), then NaN where the slot's own layer must not be read.
+  // the wrong layer gives a wrong answer), then NaN where the row's own layer must not be read.
   const std::size_t pool_elems = static_cast<std::size_t>(shape.num_layers) * b.num_blocks * hkv *
                                  bs * d;
   b.k_pool.resize(pool_elems);
@@ -160,7 +160,7 @@ inline PagedBatch MakePagedBatch(const ModelShape& shape, std::span<const int> l
   return b;
 }
 
-// Error of an FP16 output against an FP32/FP64 reference over the live slots.
+// Error of an FP16 output against an FP32/FP64 reference over the live rows.
 struct OutputError {
   double max_abs = 0.0;
   double rel_l2 = 0.0;     // ||got - ref|| / ||ref||
@@ -190,7 +190,7 @@ inline OutputError CompareOutput(const PagedBatch& b, std::span<const Half> got,
   return e;
 }
 
-// Largest |got - ref| of the LSE over live slots (infinity if any is not finite).
+// Largest |got - ref| of the LSE over live rows (infinity if any is not finite).
 inline double MaxLseError(const PagedBatch& b, std::span<const float> got,
                           std::span<const float> ref) {
   double m = 0.0;
@@ -205,9 +205,9 @@ inline double MaxLseError(const PagedBatch& b, std::span<const float> got,
   return m;
 }
 
-// True if every padded slot's out and lse still hold the poison they were built with.
-inline bool PaddedSlotsUntouched(const PagedBatch& b, std::span<const Half> out,
-                                 std::span<const float> lse) {
+// True if every padded row's out and lse still hold the poison they were built with.
+inline bool PaddedRowsUntouched(const PagedBatch& b, std::span<const Half> out,
+                                std::span<const float> lse) {
   const std::size_t row = static_cast<std::size_t>(b.shape.num_q_heads) * b.shape.head_dim;
   const int h = b.shape.num_q_heads;
   for (int i = 0; i < b.capacity; ++i) {
