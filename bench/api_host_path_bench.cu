@@ -3,9 +3,11 @@
 //              a trivial kernel, D2H of the outputs, stream sync, replayed as a CUDA graph;
 //   b1         the public Runtime at B = 1 (H32 D128 T512, one caller thread, nothing else in
 //              flight): Submit -> result visible, p50/p99, graph and eager, and the ratio to
-//              the floor of the same bytes;
-//   host_cpu   process CPU time per request through the Runtime at max batch 128 under a
-//              saturating closed-loop load (submit + staging + completion, all threads);
+//              the floor of the same bytes; then the same path in layers (executor alone,
+//              Runtime with a callback the caller spins on) to show where the time goes;
+//   host_cpu   the runtime's CPU time per request at max batch 128 under a saturating
+//              closed-loop load (submit + staging + completion: every thread's CPU time but
+//              the load generator's own; the whole process's figure is printed beside it);
 //   saturation scheduler throughput at 1.5x offered load over the executor's kernel-only
 //              capacity, and p99 at 70% load against window + 2 steps (max batch 32 and 128).
 // Writes <out>/summary.json (the keys issue 11 names) and prints a table. Needs a GPU.
@@ -149,7 +151,7 @@ std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int m
 }
 
 // One caller thread, Submit -> future.get(), rotating over every (sequence, layer).
-LatencyUs MeasureB1(bool graphs, int iterations) {
+LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false) {
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
   std::unique_ptr<Runtime> rt = MakeRuntime(shape, graphs, 1, std::chrono::microseconds(0),
@@ -170,11 +172,86 @@ LatencyUs MeasureB1(bool graphs, int iterations) {
     DecodeRequest r{.sequence_id = static_cast<std::uint64_t>(i % kSequences),
                     .layer = (i / kSequences) % shape.num_layers, .q = q, .k = k, .v = v};
     const Clock::time_point t0 = Clock::now();
-    auto sub = rt->Submit(r);
-    if (!sub.ok()) Die("Submit: " + sub.status().ToString());
-    DecodeResult res = sub->result.get();
+    DecodeResult res;
+    if (callback_spin) {
+      std::atomic<bool> done{false};
+      auto h = rt->Submit(r, [&](DecodeResult result) {
+        res = std::move(result);
+        done.store(true, std::memory_order_release);
+      });
+      if (!h.ok()) Die("Submit: " + h.status().ToString());
+      while (!done.load(std::memory_order_acquire)) {
+      }
+    } else {
+      auto sub = rt->Submit(r);
+      if (!sub.ok()) Die("Submit: " + sub.status().ToString());
+      res = sub->result.get();
+    }
     const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     if (!res.status.ok()) Die("decode: " + res.status.ToString());
+    if (i >= 100) us.push_back(t);
+  }
+  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+}
+
+// The B=1 path in pieces, to see where the Runtime's time goes beyond the floor (each row adds
+// one layer; the caller spins where it can, so a row shows no wake-up of the caller):
+//   executor  CudaExecutor::Submit of a one-request batch -> its done callback (the caller spins
+//             on a flag the callback sets): plan, pack, graph, completion detection;
+//   callback  Runtime::Submit (callback form) -> the callback's flag, the caller spinning: adds
+//             the scheduler's intake, batching thread and delivery;
+//   future    Runtime::Submit -> future.get() (the target's row): adds the caller's wake-up.
+LatencyUs MeasureExecutorB1(int iterations) {
+  const ModelShape shape = B1Shape();
+  constexpr int kSequences = 4;
+  runtime::CudaExecutorOptions co;
+  co.shape = shape;
+  co.num_blocks = kSequences * shape.num_layers * (shape.max_blocks_per_sequence() + 1) + 64;
+  co.max_batch_size = 1;
+  co.buckets = {1};
+  auto ex = runtime::CreateCudaExecutor(co);
+  if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
+  testing::NormalRng rng(3);
+  std::vector<Half> pk(std::size_t(kContext) * shape.kv_token_elems()), pv(pk.size());
+  for (int seq = 0; seq < kSequences; ++seq) {
+    if (!(*ex)->CreateSequence(seq).ok()) Die("CreateSequence");
+    for (int layer = 0; layer < shape.num_layers; ++layer) {
+      testing::FillNormal(pk, rng);
+      testing::FillNormal(pv, rng);
+      const Status s = (*ex)->Prefill(seq, layer, kContext, pk.data(), pv.data());
+      if (!s.ok()) Die("Prefill: " + s.ToString());
+    }
+  }
+  const std::size_t qn = std::size_t(kHeads) * kHeadDim;
+  std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size()), out(qn);
+  testing::FillNormal(q, rng);
+  testing::FillNormal(k, rng);
+  testing::FillNormal(v, rng);
+  std::vector<double> us;
+  us.reserve(iterations);
+  std::atomic<int> done{0};
+  Status error;
+  for (int i = 0; i < iterations + 100; ++i) {
+    runtime::Batch b;
+    b.requests.resize(1);
+    runtime::BatchRequest& r = b.requests[0];
+    r.sequence_id = static_cast<SequenceId>(i % kSequences);
+    r.layer = (i / kSequences) % shape.num_layers;
+    r.q = q.data();
+    r.k = k.data();
+    r.v = v.data();
+    r.out = out.data();
+    done.store(0, std::memory_order_relaxed);
+    const Clock::time_point t0 = Clock::now();
+    const Status s = (*ex)->Submit(std::move(b), [&](std::vector<Status> per) {
+      if (!per[0].ok()) (void)(error = per[0]);
+      done.store(1, std::memory_order_release);
+    });
+    if (!s.ok()) Die("executor Submit: " + s.ToString());
+    while (done.load(std::memory_order_acquire) == 0) {
+    }
+    const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!error.ok()) Die("executor decode: " + error.ToString());
     if (i >= 100) us.push_back(t);
   }
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
@@ -186,13 +263,30 @@ double ProcessCpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// CPU time per request through the Runtime at max batch 128: 4 producer threads keep 256
-// requests each outstanding (callback form), for `duration_s`.
-double MeasureHostUsPerRequest(double duration_s) {
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct HostCpu {
+  double runtime_us = 0;  // the runtime's CPU per request (the target's figure)
+  double process_us = 0;  // every thread of the process, the load generator's included
+  double submit_us = 0;   // of runtime_us: inside Submit (validation, finite scan, copies)
+  double throughput = 0;  // requests per second
+};
+
+// CPU time per request through the Runtime at max batch 128: 4 producer threads keep their 128
+// sequences each busy (one request per sequence in flight, callback form) for `duration_s`.
+// The runtime's share is the process's CPU time minus the producer threads' own, plus the time
+// the producers spent inside Submit (it does not block, so its wall time is its CPU time): what
+// remains of the producers is the load generator (finding a free sequence, sleeping), not the
+// runtime. Callbacks only mark their sequence free.
+HostCpu MeasureHostCpu(double duration_s) {
   ModelShape shape = B1Shape();
   shape.num_layers = 1;
   shape.max_context = 2048;
-  constexpr int kSequences = 512, kProducers = 4, kWindow = 256;
+  constexpr int kSequences = 512, kProducers = 4, kPerProducer = kSequences / kProducers;
   std::unique_ptr<Runtime> rt =
       MakeRuntime(shape, true, 128, std::chrono::microseconds(200), kSequences);
   testing::NormalRng rng(6);
@@ -203,49 +297,62 @@ double MeasureHostUsPerRequest(double duration_s) {
   testing::FillNormal(v, rng);
   std::atomic<std::int64_t> completed{0}, failed{0};
   std::atomic<bool> stop{false};
+  std::vector<std::atomic<bool>> busy(kSequences);
+  std::vector<double> producer_cpu(kProducers, 0.0), in_submit_s(kProducers, 0.0);
   const double cpu0 = ProcessCpuSeconds();
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> producers;
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
-      std::mutex mu;
-      std::condition_variable cv;
-      int outstanding = 0;
-      // Each producer owns sequences p, p + 4, ...: one request per sequence in flight.
-      std::vector<char> busy(kSequences / kProducers, 0);
-      int next = 0;
+      const double thread_cpu0 = ThreadCpuSeconds();
+      double submit_s = 0;
+      // Producer p owns sequences p, p + 4, ...
       while (!stop.load(std::memory_order_relaxed)) {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return outstanding < kWindow && !busy[next]; });
-        busy[next] = 1;
-        ++outstanding;
-        lock.unlock();
-        const int slot = next;
-        next = (next + 1) % static_cast<int>(busy.size());
-        DecodeRequest r{.sequence_id = static_cast<std::uint64_t>(p + slot * kProducers),
-                        .layer = 0, .q = q, .k = k, .v = v};
-        auto h = rt->Submit(r, [&, slot](DecodeResult res) {
-          (res.status.ok() ? completed : failed).fetch_add(1, std::memory_order_relaxed);
-          std::lock_guard<std::mutex> l(mu);
-          busy[slot] = 0;
-          --outstanding;
-          cv.notify_one();
-        });
-        if (!h.ok()) Die("Submit: " + h.status().ToString());
+        bool submitted = false;
+        for (int j = 0; j < kPerProducer; ++j) {
+          const int seq = p + j * kProducers;
+          if (busy[seq].load(std::memory_order_acquire)) continue;
+          busy[seq].store(true, std::memory_order_relaxed);
+          DecodeRequest r{.sequence_id = static_cast<std::uint64_t>(seq), .layer = 0, .q = q,
+                          .k = k, .v = v};
+          const Clock::time_point s0 = Clock::now();
+          auto h = rt->Submit(r, [&, seq](DecodeResult res) {
+            (res.status.ok() ? completed : failed).fetch_add(1, std::memory_order_relaxed);
+            busy[seq].store(false, std::memory_order_release);
+          });
+          submit_s += std::chrono::duration<double>(Clock::now() - s0).count();
+          if (!h.ok()) Die("Submit: " + h.status().ToString());
+          submitted = true;
+        }
+        if (!submitted) std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return outstanding == 0; });
+      producer_cpu[p] = ThreadCpuSeconds() - thread_cpu0;
+      in_submit_s[p] = submit_s;
     });
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(duration_s));
   stop.store(true);
   for (std::thread& t : producers) t.join();
+  rt->Drain();
   const double cpu = ProcessCpuSeconds() - cpu0;
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   if (failed.load() > 0) Die(std::to_string(failed.load()) + " requests failed (host cpu run)");
-  std::printf("host cpu: %lld requests in %.2f s (%.0f req/s), %.2f s CPU over all threads\n",
-              static_cast<long long>(completed.load()), wall, completed.load() / wall, cpu);
-  return cpu * 1e6 / static_cast<double>(std::max<std::int64_t>(completed.load(), 1));
+  double producers_s = 0, submit_s = 0;
+  for (int p = 0; p < kProducers; ++p) {
+    producers_s += producer_cpu[p];
+    submit_s += in_submit_s[p];
+  }
+  const double n = static_cast<double>(std::max<std::int64_t>(completed.load(), 1));
+  HostCpu h;
+  h.process_us = cpu * 1e6 / n;
+  h.runtime_us = (cpu - producers_s + submit_s) * 1e6 / n;
+  h.submit_us = submit_s * 1e6 / n;
+  h.throughput = n / wall;
+  std::printf("host cpu: %lld requests in %.2f s (%.0f req/s); CPU s: process %.2f, producer "
+              "threads %.2f of which in Submit %.2f\n",
+              static_cast<long long>(completed.load()), wall, h.throughput, cpu, producers_s,
+              submit_s);
+  return h;
 }
 
 struct Saturation {
@@ -332,8 +439,15 @@ int Run(const Options& o) {
               graph.p99, graph.p50 / floor1.p50);
   std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Submit->result)", eager.p50,
               eager.p99, eager.p50 / floor1.p50);
-  const double host_us = MeasureHostUsPerRequest(dur);
-  std::printf("host cpu per request at B=128: %.3f us\n", host_us);
+  const LatencyUs executor1 = MeasureExecutorB1(iters);
+  const LatencyUs callback1 = MeasureB1(true, iters, /*callback_spin=*/true);
+  std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: executor (caller spins)", executor1.p50,
+              executor1.p99, executor1.p50 / floor1.p50);
+  std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)", callback1.p50,
+              callback1.p99, callback1.p50 / floor1.p50);
+  const HostCpu host = MeasureHostCpu(dur);
+  std::printf("host cpu per request at B=128: runtime %.3f us (in Submit %.3f), whole process "
+              "%.3f us\n", host.runtime_us, host.submit_us, host.process_us);
   const Saturation s32 = MeasureSaturation(32, dur);
   const Saturation s128 = MeasureSaturation(128, dur);
 
@@ -352,14 +466,17 @@ int Run(const Options& o) {
                " \"b1_e2e_p50_us\": %.2f, \"b1_e2e_p99_us\": %.2f, \"b1_ratio\": %.3f, "
                "\"b1_p99_ratio\": %.3f,\n"
                " \"b1_eager_p50_us\": %.2f, \"b1_eager_p99_us\": %.2f,\n"
-               " \"host_us_per_request_b128\": %.3f,\n"
+               " \"b1_executor_p50_us\": %.2f, \"b1_callback_spin_p50_us\": %.2f,\n"
+               " \"host_us_per_request_b128\": %.3f, \"host_submit_us_b128\": %.3f, "
+               "\"host_process_us_b128\": %.3f,\n"
                " \"saturation_b32\": %.3f, \"saturation_b128\": %.3f,\n"
                " \"p99_70_b32_us\": %.1f, \"bound_b32_us\": %.1f, \"p99_70_b128_us\": %.1f, "
                "\"bound_b128_us\": %.1f,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, graph.p50, graph.p99, graph.p50 / floor1.p50,
-               graph.p99 / floor1.p50, eager.p50, eager.p99, host_us, s32.ratio, s128.ratio,
+               graph.p99 / floor1.p50, eager.p50, eager.p99, executor1.p50, callback1.p50,
+               host.runtime_us, host.submit_us, host.process_us, s32.ratio, s128.ratio,
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us, s32.capacity,
                s128.capacity);
   std::fclose(f);
