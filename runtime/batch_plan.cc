@@ -74,7 +74,7 @@ Status PrefillCache(kvcache::KvCache& cache, SequenceId id, int layer, int num_t
 }
 
 void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   const int n = static_cast<int>(batch.requests.size());
   const int num_layers = table_->shape().num_layers;
   plan->statuses.assign(n, Status::Ok());
@@ -148,7 +148,7 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
 }
 
 Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
   if (!blocks.ok()) return blocks.status();
   const int bs = table_->shape().block_size;
@@ -175,13 +175,13 @@ Status BatchPlanner::LostTokenStatus(SequenceId id, int layer) const {
 }
 
 void BatchPlanner::MarkTokenLost(SequenceId id, int layer, int position, const Status& cause) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   if (!table_->Contains(id)) return;  // freed meanwhile: nothing left to protect
   RecordLost(id, layer, position, cause);
 }
 
 void BatchPlanner::MarkBlockLost(SequenceId id, int position, const Status& cause) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   if (!table_->Contains(id)) return;
   const int block_start = position / table_->shape().block_size * table_->shape().block_size;
   // A layer whose length (now: later batches may have grown it) reaches into the block had
@@ -203,7 +203,7 @@ void BatchPlanner::RecordLost(SequenceId id, int layer, int position, const Stat
 
 Status BatchPlanner::CheckTokensIntact(SequenceId id, int layer, int kv_length) const {
   if (lost_count_.load(std::memory_order_relaxed) == 0) return Status::Ok();
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   auto it = lost_.find({id, layer});
   if (it == lost_.end() || it->second.position >= kv_length - 1) return Status::Ok();
   return LostTokenStatus(id, layer);
@@ -233,26 +233,26 @@ void BatchPlanner::Settle(const Batch& batch, BatchPlan* plan) {
 }
 
 Status BatchPlanner::Create(SequenceId id) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   ATTNRT_RETURN_IF_ERROR(table_->Create(id));
   DirectoryShard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> shard_lock(shard.mu);
+  MutexLock shard_lock(&shard.mu);
   shard.ids.insert(id);
   return Status::Ok();
 }
 
 bool BatchPlanner::Contains(SequenceId id) const {
   DirectoryShard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   return shard.ids.count(id) != 0;
 }
 
 Status BatchPlanner::Free(SequenceId id) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   ATTNRT_RETURN_IF_ERROR(table_->Free(id));
   {
     DirectoryShard& shard = ShardOf(id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(&shard.mu);
     shard.ids.erase(id);
   }
   if (lost_count_.load(std::memory_order_relaxed) > 0) {
@@ -264,11 +264,11 @@ Status BatchPlanner::Free(SequenceId id) {
 }
 
 Status BatchPlanner::Fork(SequenceId parent, SequenceId child) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   ATTNRT_RETURN_IF_ERROR(table_->Fork(parent, child));
   {
     DirectoryShard& shard = ShardOf(child);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(&shard.mu);
     shard.ids.insert(child);
   }
   if (lost_count_.load(std::memory_order_relaxed) > 0) {  // the child shares the lost positions
@@ -284,7 +284,7 @@ Status BatchPlanner::Fork(SequenceId parent, SequenceId child) {
 
 Status BatchPlanner::Prefill(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
                              const Half* k, const Half* v) {
-  std::lock_guard<std::mutex> lock(table_mu_);
+  MutexLock lock(&table_mu_);
   if (lost_count_.load(std::memory_order_relaxed) > 0) {
     ATTNRT_RETURN_IF_ERROR(LostTokenStatus(id, layer));
   }

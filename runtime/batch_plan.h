@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <attnrt/status.h>
+#include "api/internal/mutex.h"
 #include "kvcache/kvcache.h"
 #include "runtime/executor.h"
 
@@ -90,16 +91,16 @@ class BatchPlanner {
 
   // Validates every request; the ones that pass get their token (AppendToken) and join
   // plan->live. A request that fails has a non-OK status and leaves the table untouched.
-  void Plan(const Batch& batch, BatchPlan* plan);
+  void Plan(const Batch& batch, BatchPlan* plan) EXCLUDES(table_mu_);
 
   // Writes the block ids a request of `kv_length` tokens reads (ceil(kv_length / block_size))
   // into `row`; the rest of the row is left as is (kernels never read past kv_length).
-  Status FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const;
+  Status FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const EXCLUDES(table_mu_);
 
   // Runs fn(table) under the table's lock and returns its result.
   template <typename Fn>
-  auto WithTable(Fn&& fn) const {
-    std::lock_guard<std::mutex> lock(table_mu_);
+  auto WithTable(Fn&& fn) const EXCLUDES(table_mu_) {
+    MutexLock lock(&table_mu_);
     return fn(*table_);
   }
 
@@ -113,17 +114,17 @@ class BatchPlanner {
   // whole block on every layer (the new block never received the shared one's tokens); each
   // that succeeded but attended over a token lost earlier fails with that FailedPrecondition
   // instead. Call in completion order.
-  void Settle(const Batch& batch, BatchPlan* plan);
+  void Settle(const Batch& batch, BatchPlan* plan) EXCLUDES(table_mu_);
   // Create, free and fork under the table lock, keeping the lost-token marks and the directory
   // of live ids in step.
-  Status Create(SequenceId id);
-  Status Free(SequenceId id);
-  Status Fork(SequenceId parent, SequenceId child);
+  Status Create(SequenceId id) EXCLUDES(table_mu_);
+  Status Free(SequenceId id) EXCLUDES(table_mu_);
+  Status Fork(SequenceId parent, SequenceId child) EXCLUDES(table_mu_);
   // Whether `id` is live, without the table lock (sharded; Submit asks it on every request).
   bool Contains(SequenceId id) const;
   // PrefillCache under the table lock, refused on a (sequence, layer) that lost a token.
   Status Prefill(kvcache::KvCache& cache, SequenceId id, int layer, int num_tokens,
-                 const Half* k, const Half* v);
+                 const Half* k, const Half* v) EXCLUDES(table_mu_);
 
  private:
   struct KeyHash {
@@ -138,36 +139,40 @@ class BatchPlanner {
     Status cause;
   };
 
-  // The Status a request or prefill of (id, layer) gets, or OK. Requires table_mu_.
-  Status LostTokenStatus(SequenceId id, int layer) const;
-  void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause);
+  // The Status a request or prefill of (id, layer) gets, or OK.
+  Status LostTokenStatus(SequenceId id, int layer) const REQUIRES(table_mu_);
+  void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause)
+      EXCLUDES(table_mu_);
   // Every layer of `id` holding a token in the block of `position` lost it from the block's start.
-  void MarkBlockLost(SequenceId id, int position, const Status& cause);
-  // Records a loss at `position` unless an earlier one is recorded. Requires table_mu_.
-  void RecordLost(SequenceId id, int layer, int position, const Status& cause);
-  Status CheckTokensIntact(SequenceId id, int layer, int kv_length) const;
+  void MarkBlockLost(SequenceId id, int position, const Status& cause) EXCLUDES(table_mu_);
+  // Records a loss at `position` unless an earlier one is recorded.
+  void RecordLost(SequenceId id, int layer, int position, const Status& cause)
+      REQUIRES(table_mu_);
+  Status CheckTokensIntact(SequenceId id, int layer, int kv_length) const EXCLUDES(table_mu_);
 
   // Live ids, sharded so that the scheduler's per-request existence check never waits for a
   // batch being planned. Written under table_mu_; each shard under its own lock.
   static constexpr int kDirectoryShards = 64;
   struct alignas(64) DirectoryShard {
-    mutable std::mutex mu;
-    std::unordered_set<SequenceId> ids;  // GUARDED_BY(mu)
+    mutable Mutex mu;
+    std::unordered_set<SequenceId> ids GUARDED_BY(mu);
   };
   DirectoryShard& ShardOf(SequenceId id) const {
     return directory_[(id * 0x9E3779B97F4A7C15ull) >> 58];
   }
   mutable std::array<DirectoryShard, kDirectoryShards> directory_;
 
+  // Orders submissions against sequence calls (see the class comment); guards no data itself.
   std::mutex submission_mu_;
-  mutable std::mutex table_mu_;
-  kvcache::SequenceTable* table_;  // GUARDED_BY(table_mu_)
-  // GUARDED_BY(table_mu_); lost_count_ lets the completion path skip the lock when empty.
-  std::unordered_map<std::pair<SequenceId, int>, LostToken, KeyHash> lost_;
+  mutable Mutex table_mu_;
+  kvcache::SequenceTable* table_ PT_GUARDED_BY(table_mu_);
+  // lost_count_ lets the completion path skip the lock when lost_ is empty.
+  std::unordered_map<std::pair<SequenceId, int>, LostToken, KeyHash> lost_ GUARDED_BY(table_mu_);
   std::atomic<int> lost_count_{0};
   bool allow_device_memory_;
   DevicePointerCheck device_check_;
-  std::unordered_set<std::pair<SequenceId, int>, KeyHash> seen_;  // reused across batches
+  // Reused across batches.
+  std::unordered_set<std::pair<SequenceId, int>, KeyHash> seen_ GUARDED_BY(table_mu_);
 };
 
 }  // namespace attnrt::runtime

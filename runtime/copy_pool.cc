@@ -8,10 +8,10 @@ CopyPool::CopyPool(int helpers) {
 
 CopyPool::~CopyPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -22,29 +22,29 @@ void CopyPool::Run(int n, const std::function<void(int)>& task) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     task_ = &task;
     n_ = n;
     next_ = 0;
     unfinished_ = n;
     ++job_;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   Work();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return unfinished_ == 0; });
+  MutexLock lock(&mu_);
+  while (unfinished_ != 0) cv_.Wait(lock);
   task_ = nullptr;
 }
 
 void CopyPool::Work() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (task_ != nullptr && next_ < n_) {
     const int i = next_++;
     const std::function<void(int)>* task = task_;
-    lock.unlock();
+    lock.Unlock();
     (*task)(i);
-    lock.lock();
-    if (--unfinished_ == 0) cv_.notify_all();
+    lock.Lock();
+    if (--unfinished_ == 0) cv_.NotifyAll();
   }
 }
 
@@ -52,8 +52,8 @@ void CopyPool::HelperLoop() {
   unsigned long long seen = 0;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || (job_ != seen && task_ != nullptr && next_ < n_); });
+      MutexLock lock(&mu_);
+      while (!(stop_ || (job_ != seen && task_ != nullptr && next_ < n_))) cv_.Wait(lock);
       if (stop_) return;
       seen = job_;
     }

@@ -6,12 +6,12 @@
 // thread); the helpers only run work handed to them by Run().
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "api/internal/mutex.h"
 
 namespace attnrt::runtime {
 
@@ -27,21 +27,21 @@ class CopyPool {
 
   // Calls task(i) for every i in [0, n) exactly once, spread over the caller and the helpers;
   // returns when all are done. `task` must not throw.
-  void Run(int n, const std::function<void(int)>& task);
+  void Run(int n, const std::function<void(int)>& task) EXCLUDES(mu_);
 
  private:
-  void HelperLoop();
-  void Work();  // claims and runs items of the current job until none are left
+  void HelperLoop() EXCLUDES(mu_);
+  void Work() EXCLUDES(mu_);  // claims and runs items of the current job until none are left
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   std::vector<std::thread> threads_;
-  const std::function<void(int)>* task_ = nullptr;  // GUARDED_BY(mu_)
-  int n_ = 0;                                       // GUARDED_BY(mu_)
-  int next_ = 0;                                    // GUARDED_BY(mu_)
-  int unfinished_ = 0;                              // GUARDED_BY(mu_)
-  unsigned long long job_ = 0;                      // GUARDED_BY(mu_): bumps once per Run()
-  bool stop_ = false;                               // GUARDED_BY(mu_)
+  const std::function<void(int)>* task_ GUARDED_BY(mu_) = nullptr;
+  int n_ GUARDED_BY(mu_) = 0;
+  int next_ GUARDED_BY(mu_) = 0;
+  int unfinished_ GUARDED_BY(mu_) = 0;
+  unsigned long long job_ GUARDED_BY(mu_) = 0;  // bumps once per Run()
+  bool stop_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace attnrt::runtime

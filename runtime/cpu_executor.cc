@@ -47,10 +47,10 @@ CpuExecutor::CpuExecutor(const CpuExecutorOptions& options,
 CpuExecutor::~CpuExecutor() {
   Wait();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   worker_.join();
 }
 
@@ -85,12 +85,12 @@ Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
   job->batch = std::move(batch);
   job->done = std::move(done);
 
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return pending_ < options_.max_in_flight; });
+  MutexLock lock(&mu_);
+  while (pending_ >= options_.max_in_flight) cv_.Wait(lock);
   ++pending_;
   queue_.push_back(std::move(job));
-  lock.unlock();
-  cv_.notify_all();
+  lock.Unlock();
+  cv_.NotifyAll();
   return Status::Ok();
 }
 
@@ -98,8 +98,8 @@ void CpuExecutor::WorkerLoop() {
   for (;;) {
     std::unique_ptr<Job> job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(lock);
       if (queue_.empty()) return;  // stop_ with nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -124,13 +124,13 @@ void CpuExecutor::WorkerLoop() {
     planner_.Settle(job->batch, &job->plan);
     job->done(std::move(job->plan.statuses));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.batches;
       stats_.requests += static_cast<std::int64_t>(job->batch.requests.size());
       if (!run.ok()) ++stats_.failed_batches;
       --pending_;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -201,8 +201,8 @@ Status CpuExecutor::Run(Job& job) {
 }
 
 void CpuExecutor::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return pending_ == 0; });
+  MutexLock lock(&mu_);
+  while (pending_ != 0) cv_.Wait(lock);
 }
 
 // Sequence calls hold the submission lock (batch_plan.h): none lands between a batch's plan and
@@ -237,7 +237,7 @@ StatusOr<int> CpuExecutor::SequenceLength(SequenceId id, int layer) const {
 ExecutorStats CpuExecutor::stats() const {
   ExecutorStats s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     s = stats_;
   }
   FillKvStats(planner_, *cache_, &s);

@@ -4,15 +4,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include <attnrt/config.h>
+#include "api/internal/mutex.h"
 #include "kvcache/kvcache.h"
 #include "runtime/batch_plan.h"
 #include "runtime/executor.h"
@@ -87,12 +86,12 @@ class CpuExecutor final : public Executor {
   const std::unique_ptr<kvcache::KvCache> cache_;
   BatchPlanner planner_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Job>> queue_;  // GUARDED_BY(mu_)
-  int pending_ = 0;                         // GUARDED_BY(mu_): queued + running
-  bool stop_ = false;                       // GUARDED_BY(mu_)
-  ExecutorStats stats_;                     // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::unique_ptr<Job>> queue_ GUARDED_BY(mu_);
+  int pending_ GUARDED_BY(mu_) = 0;  // queued + running
+  bool stop_ GUARDED_BY(mu_) = false;
+  ExecutorStats stats_ GUARDED_BY(mu_);
   std::thread worker_;
 };
 

@@ -6,33 +6,27 @@
 namespace attnrt::runtime {
 namespace {
 
-std::mutex& ScopedMutex() {
-  static std::mutex mu;
-  return mu;
-}
-
-std::shared_ptr<FaultInjection>& Scoped() {  // GUARDED_BY(ScopedMutex())
-  static std::shared_ptr<FaultInjection> scoped;
-  return scoped;
-}
+// Both constant-initialised (constinit): usable from any static initialiser.
+constinit Mutex scoped_mu;
+constinit std::shared_ptr<FaultInjection> scoped GUARDED_BY(scoped_mu);
 
 }  // namespace
 
 ScopedFaultInjectionForTesting::ScopedFaultInjectionForTesting()
     : faults_(std::make_shared<FaultInjection>()) {
-  std::lock_guard<std::mutex> lock(ScopedMutex());
-  ATTNRT_DCHECK(Scoped() == nullptr);
-  Scoped() = faults_;
+  MutexLock lock(&scoped_mu);
+  ATTNRT_DCHECK(scoped == nullptr);
+  scoped = faults_;
 }
 
 ScopedFaultInjectionForTesting::~ScopedFaultInjectionForTesting() {
-  std::lock_guard<std::mutex> lock(ScopedMutex());
-  if (Scoped() == faults_) Scoped().reset();
+  MutexLock lock(&scoped_mu);
+  if (scoped == faults_) scoped.reset();
 }
 
 std::shared_ptr<FaultInjection> FaultInjectionForNewExecutor() {
-  std::lock_guard<std::mutex> lock(ScopedMutex());
-  return Scoped() != nullptr ? Scoped() : std::make_shared<FaultInjection>();
+  MutexLock lock(&scoped_mu);
+  return scoped != nullptr ? scoped : std::make_shared<FaultInjection>();
 }
 
 }  // namespace attnrt::runtime

@@ -7,7 +7,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+
+#include "api/internal/mutex.h"
 
 namespace attnrt::runtime {
 
@@ -17,7 +18,7 @@ namespace attnrt::runtime {
 class FaultPoint {
  public:
   void Arm(int count, int skip = 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     skip_ = skip < 0 ? 0 : skip;
     count_ = count < 0 ? 0 : count;
     armed_.store(count_ > 0, std::memory_order_release);
@@ -27,7 +28,7 @@ class FaultPoint {
   // One pass through the point: true when this one must fail.
   bool Hit() {
     if (!armed_.load(std::memory_order_acquire)) return false;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (count_ == 0) return false;
     if (skip_ > 0) {
       --skip_;
@@ -44,9 +45,9 @@ class FaultPoint {
 
  private:
   std::atomic<bool> armed_{false};
-  std::mutex mu_;
-  int skip_ = 0;   // GUARDED_BY(mu_)
-  int count_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  int skip_ GUARDED_BY(mu_) = 0;
+  int count_ GUARDED_BY(mu_) = 0;
   std::atomic<std::int64_t> injected_{0};
 };
 

@@ -23,17 +23,17 @@ SteadyClock* SteadyClock::Default() {
 }
 
 void ManualClock::AddListener(ClockListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   listeners_.push_back(listener);
 }
 
 void ManualClock::RemoveListener(ClockListener* listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener), listeners_.end());
 }
 
 void ManualClock::Advance(std::chrono::nanoseconds delta) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now_.fetch_add(std::max<std::int64_t>(0, delta.count()), std::memory_order_acq_rel);
   for (ClockListener* listener : listeners_) listener->OnClockAdvanced();
 }

@@ -6,9 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <vector>
+
+#include "api/internal/mutex.h"
 
 namespace attnrt::scheduler {
 
@@ -58,16 +59,16 @@ class ManualClock final : public Clock {
   std::optional<std::chrono::steady_clock::time_point> RealTimeOf(ClockNanos) const override {
     return std::nullopt;
   }
-  void AddListener(ClockListener* listener) override;
-  void RemoveListener(ClockListener* listener) override;
+  void AddListener(ClockListener* listener) override EXCLUDES(mu_);
+  void RemoveListener(ClockListener* listener) override EXCLUDES(mu_);
 
   // Moves time forward by `delta` (>= 0) and notifies every listener.
-  void Advance(std::chrono::nanoseconds delta);
+  void Advance(std::chrono::nanoseconds delta) EXCLUDES(mu_);
 
  private:
   std::atomic<ClockNanos> now_;
-  std::mutex mu_;  // guards listeners_ and serialises notifications against RemoveListener
-  std::vector<ClockListener*> listeners_;
+  Mutex mu_;  // also serialises notifications against RemoveListener
+  std::vector<ClockListener*> listeners_ GUARDED_BY(mu_);
 };
 
 }  // namespace attnrt::scheduler

@@ -51,7 +51,7 @@ RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t ls
   // The staged working set up front: allocating device-visible memory (cudaHostAlloc) takes
   // milliseconds and driver locks, so it never happens on the submit path.
   if (staging_ != nullptr && staged_records > 0) {
-    std::lock_guard<std::mutex> lock(grow_mu_);
+    MutexLock lock(&grow_mu_);
     for (std::size_t have = 0; have < staged_records; have += slabs_.back()->count) {
       AddSlab(std::max<std::size_t>(slab_records_, 1), staging_, nullptr, 0);
     }
@@ -61,7 +61,7 @@ RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t ls
 RecordPool::~RecordPool() = default;
 
 void RecordPool::Grow(RequestRecord** out, std::size_t n) {
-  std::lock_guard<std::mutex> lock(grow_mu_);
+  MutexLock lock(&grow_mu_);
   // Past the staged working set: heap memory (those requests take the executor's copy path).
   AddSlab(std::max<std::size_t>(slab_records_, n), nullptr, out, n);
 }
@@ -98,7 +98,7 @@ RequestRecord* RecordPool::Acquire() {
   static thread_local const std::size_t shard_index =
       std::hash<std::thread::id>{}(std::this_thread::get_id()) % kShards;
   Shard& shard = shards_[shard_index];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   if (shard.records.empty()) {
     shard.records.resize(kShardRefill);
     AcquireBulk(shard.records.data(), kShardRefill);
@@ -126,7 +126,7 @@ void RecordPool::ReleaseBulk(RequestRecord* const* records, std::size_t n) {
 }
 
 std::size_t RecordPool::capacity() const {
-  std::lock_guard<std::mutex> lock(grow_mu_);
+  MutexLock lock(&grow_mu_);
   std::size_t total = 0;
   for (const auto& slab : slabs_) total += slab->count;
   return total;

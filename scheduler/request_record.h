@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "api/internal/mutex.h"
 #include "concurrentqueue.h"
 #include "runtime/executor.h"
 #include "scheduler/clock.h"
@@ -92,18 +92,18 @@ class RecordPool {
 
  private:
   struct Slab;
-  void Grow(RequestRecord** out, std::size_t n);
+  void Grow(RequestRecord** out, std::size_t n) EXCLUDES(grow_mu_);
   // Carves a slab of `count` records (staging from `memory`, or the heap when null or out of
-  // memory); hands the first n to out, frees the rest. Holds grow_mu_.
+  // memory); hands the first n to out, frees the rest.
   void AddSlab(std::size_t count, runtime::StagingMemory* memory, RequestRecord** out,
-               std::size_t n);
+               std::size_t n) REQUIRES(grow_mu_);
 
   static constexpr int kShards = 16;
   static constexpr std::size_t kShardRefill = 32;
   static_assert(kCachedRecords == kShards * kShardRefill);
   struct alignas(64) Shard {
-    std::mutex mu;
-    std::vector<RequestRecord*> records;  // guarded by mu
+    Mutex mu;
+    std::vector<RequestRecord*> records GUARDED_BY(mu);
   };
 
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
@@ -111,8 +111,8 @@ class RecordPool {
   runtime::StagingMemory* staging_;
   Shard shards_[kShards];
   moodycamel::ConcurrentQueue<RequestRecord*> free_;
-  mutable std::mutex grow_mu_;
-  std::vector<std::unique_ptr<Slab>> slabs_;  // guarded by grow_mu_
+  mutable Mutex grow_mu_;
+  std::vector<std::unique_ptr<Slab>> slabs_ GUARDED_BY(grow_mu_);
 };
 
 }  // namespace attnrt::scheduler::internal

@@ -34,6 +34,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/internal/log.h"
+#include "api/internal/mutex.h"
 
 #include "concurrentqueue.h"
 #include "scheduler/batching_window.h"
@@ -258,7 +259,7 @@ class Scheduler::Impl final : public ClockListener {
   // ---- shutdown ------------------------------------------------------------------------------
 
   void Drain() {
-    std::lock_guard<std::mutex> lock(close_mu_);
+    MutexLock lock(&close_mu_);
     if (stopped_) return;
     closed_.store(true, std::memory_order_seq_cst);
     flush_.store(true, std::memory_order_seq_cst);
@@ -267,7 +268,7 @@ class Scheduler::Impl final : public ClockListener {
   }
 
   void Shutdown() {
-    std::lock_guard<std::mutex> lock(close_mu_);
+    MutexLock lock(&close_mu_);
     if (stopped_) return;
     closed_.store(true, std::memory_order_seq_cst);
     shutting_down_.store(true, std::memory_order_seq_cst);
@@ -295,8 +296,8 @@ class Scheduler::Impl final : public ClockListener {
   void SyncForTesting() {
     const std::uint64_t epoch = sync_requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
     Wake();
-    std::unique_lock<std::mutex> lock(sync_mu_);
-    sync_cv_.wait(lock, [&] { return sync_done_ >= epoch || stopped_thread_; });
+    MutexLock lock(&sync_mu_);
+    while (sync_done_ < epoch && !stopped_thread_) sync_cv_.Wait(lock);
   }
 
   const SchedulerOptions& options() const { return options_; }
@@ -382,11 +383,11 @@ class Scheduler::Impl final : public ClockListener {
 
   void Wake() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       wake_flag_ = true;
     }
     wake_hint_.store(true, std::memory_order_release);
-    cv_.notify_one();
+    cv_.NotifyOne();
   }
 
   // Before blocking, the batching thread polls for up to batcher_spin (real time, steady clock
@@ -468,18 +469,18 @@ class Scheduler::Impl final : public ClockListener {
       if (left_queue > 0) LeaveQueue(left_queue);
 
       {
-        std::lock_guard<std::mutex> lock(sync_mu_);
+        MutexLock lock(&sync_mu_);
         sync_done_ = sync_epoch;
       }
-      sync_cv_.notify_all();
+      sync_cv_.NotifyAll();
       if (stop_.load(std::memory_order_seq_cst)) break;
       Sleep(now, shutting_down || flush);
     }
     {
-      std::lock_guard<std::mutex> lock(sync_mu_);
+      MutexLock lock(&sync_mu_);
       stopped_thread_ = true;
     }
-    sync_cv_.notify_all();
+    sync_cv_.NotifyAll();
   }
 
   // Dispatches batches while fewer than max_in_flight batches are in flight and the window says
@@ -615,12 +616,12 @@ class Scheduler::Impl final : public ClockListener {
     metrics_.in_flight_requests.fetch_sub(static_cast<std::int64_t>(size),
                                           std::memory_order_relaxed);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       in_flight_.fetch_sub(1, std::memory_order_acq_rel);
       wake_flag_ = true;
     }
     wake_hint_.store(true, std::memory_order_release);
-    cv_.notify_one();
+    cv_.NotifyOne();
     if (inline_delivery) DeliverBatch(owned.get(), per_request);
   }
 
@@ -747,8 +748,8 @@ class Scheduler::Impl final : public ClockListener {
   }
 
   void NotifyIdle() {
-    std::lock_guard<std::mutex> lock(idle_mu_);
-    idle_cv_.notify_all();
+    MutexLock lock(&idle_mu_);
+    idle_cv_.NotifyAll();
   }
 
   bool Idle() const {
@@ -758,9 +759,9 @@ class Scheduler::Impl final : public ClockListener {
   }
 
   void WaitIdle() {
-    std::unique_lock<std::mutex> lock(idle_mu_);
+    MutexLock lock(&idle_mu_);
     // The timed wait only guards against a notification lost between the counters' updates.
-    while (!Idle()) idle_cv_.wait_for(lock, std::chrono::milliseconds(1));
+    while (!Idle()) idle_cv_.WaitFor(lock, std::chrono::milliseconds(1));
   }
 
   // Sleeps until woken or the earliest time something can happen without new input.
@@ -792,12 +793,14 @@ class Scheduler::Impl final : public ClockListener {
     // producers rely on this re-check.
     const bool more_work = intake_.size_approx() > 0 || (wake_at != kNever && wake_at <= now);
     if (!more_work) {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const auto real = wake_at == kNever ? std::nullopt : clock_->RealTimeOf(wake_at);
-      if (real) {
-        cv_.wait_until(lock, *real, [&] { return wake_flag_; });
-      } else {
-        cv_.wait(lock, [&] { return wake_flag_; });
+      while (!wake_flag_) {
+        if (!real) {
+          cv_.Wait(lock);
+        } else if (cv_.WaitUntil(lock, *real) == std::cv_status::timeout) {
+          break;
+        }
       }
       wake_flag_ = false;
     }
@@ -841,23 +844,23 @@ class Scheduler::Impl final : public ClockListener {
   std::atomic<std::int64_t> wake_depth_{0};
   std::atomic<ClockNanos> wake_window_before_{kNever};
   std::atomic<ClockNanos> wake_deadline_before_{kNever};
-  alignas(64) std::mutex mu_;
-  std::condition_variable cv_;
-  bool wake_flag_ = false;  // guarded by mu_
+  alignas(64) Mutex mu_;
+  CondVar cv_;
+  bool wake_flag_ GUARDED_BY(mu_) = false;
   std::atomic<bool> wake_hint_{false};  // set with wake_flag_, read without mu_ while spinning
 
   // SyncForTesting.
   std::atomic<std::uint64_t> sync_requested_{0};
-  std::mutex sync_mu_;
-  std::condition_variable sync_cv_;
-  std::uint64_t sync_done_ = 0;   // guarded by sync_mu_
-  bool stopped_thread_ = false;   // guarded by sync_mu_
+  Mutex sync_mu_;
+  CondVar sync_cv_;
+  std::uint64_t sync_done_ GUARDED_BY(sync_mu_) = 0;
+  bool stopped_thread_ GUARDED_BY(sync_mu_) = false;
 
   // Drain / Shutdown.
-  std::mutex close_mu_;
-  bool stopped_ = false;  // guarded by close_mu_
-  std::mutex idle_mu_;
-  std::condition_variable idle_cv_;
+  Mutex close_mu_;
+  bool stopped_ GUARDED_BY(close_mu_) = false;
+  Mutex idle_mu_;  // only for idle_cv_'s wait: the counters it watches are atomics
+  CondVar idle_cv_;
 
   // Batching thread only.
   internal::PendingQueue pending_;

@@ -7,13 +7,13 @@
 
 #include <array>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include <attnrt/config.h>
 #include <attnrt/status.h>
+#include "api/internal/mutex.h"
 
 namespace attnrt::scheduler::internal {
 
@@ -21,13 +21,13 @@ class SequenceActivity {
  public:
   void Add(SequenceId id) {
     Shard& s = ShardOf(id);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     ++s.outstanding[id];
   }
 
   void Remove(SequenceId id) {
     Shard& s = ShardOf(id);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     auto it = s.outstanding.find(id);
     if (it != s.outstanding.end() && --it->second == 0) s.outstanding.erase(it);
   }
@@ -40,7 +40,7 @@ class SequenceActivity {
   Status RunIfIdle(SequenceId id, const char* call, Fn&& fn) {
     {
       Shard& s = ShardOf(id);
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       auto it = s.outstanding.find(id);
       if (it != s.outstanding.end()) {
         return FailedPreconditionError(std::string(call) + ": sequence_id " + std::to_string(id) +
@@ -55,8 +55,8 @@ class SequenceActivity {
  private:
   static constexpr int kShards = 64;
   struct alignas(64) Shard {
-    std::mutex mu;
-    std::unordered_map<SequenceId, int> outstanding;  // GUARDED_BY(mu)
+    Mutex mu;
+    std::unordered_map<SequenceId, int> outstanding GUARDED_BY(mu);
   };
   Shard& ShardOf(SequenceId id) {
     return shards_[(id * 0x9E3779B97F4A7C15ull) >> 58];  // top 6 bits: 64 shards
