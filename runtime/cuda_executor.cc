@@ -16,11 +16,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -28,6 +26,7 @@
 
 #include "api/internal/cuda_check.h"
 #include "api/internal/log.h"
+#include "api/internal/mutex.h"
 #include "kernels/decode.h"
 #include "kernels/gemm_path.h"
 #include "kvcache/kvcache.h"
@@ -134,7 +133,7 @@ struct PipelineBuffer {
   PinnedBuffer in, out;
   DeviceBuffer dev_in, dev_out;
   Event start, done;
-  bool busy = false;  // GUARDED_BY(Impl::mu_)
+  bool busy = false;  // guarded by CudaExecutor::Impl::mu (another object's: not annotated)
 };
 
 struct BatchState {
@@ -213,14 +212,14 @@ struct CudaExecutor::Impl {
   std::atomic<int> inject_failures{0};
   unsigned disabled_stages = 0;  // SetDisabledStagesForBenchmark; submitting thread
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Piece> completions;  // GUARDED_BY(mu)
-  int pending_batches = 0;        // GUARDED_BY(mu)
-  int next_buffer = 0;            // submitting thread only
-  bool stop = false;              // GUARDED_BY(mu)
-  ExecutorStats stats;            // GUARDED_BY(mu)
-  std::vector<PieceTimings> timings;  // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::deque<Piece> completions GUARDED_BY(mu);
+  int pending_batches GUARDED_BY(mu) = 0;
+  int next_buffer = 0;  // submitting thread only
+  bool stop GUARDED_BY(mu) = false;
+  ExecutorStats stats GUARDED_BY(mu);
+  std::vector<PieceTimings> timings GUARDED_BY(mu);
   std::thread completion_thread;
   std::unique_ptr<CopyPool> pack_pool;
   std::unique_ptr<MappedStagingMemory> staging = std::make_unique<MappedStagingMemory>();
@@ -229,10 +228,10 @@ struct CudaExecutor::Impl {
     if (completion_thread.joinable()) {
       WaitAll();
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         stop = true;
       }
-      cv.notify_all();
+      cv.NotifyAll();
       completion_thread.join();
     }
     if (stream.get() != nullptr) (void)cudaStreamSynchronize(stream.get());
@@ -262,8 +261,8 @@ struct CudaExecutor::Impl {
   void Launch(Piece& piece, const NodeEnables& e);
   void CompletionLoop();
   void WaitAll() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return pending_batches == 0; });
+    MutexLock lock(&mu);
+    while (pending_batches != 0) cv.Wait(lock);
   }
 };
 
@@ -639,9 +638,9 @@ Status CudaExecutor::Impl::DrainStream() {
 // ---- the batch path ------------------------------------------------------------------------
 
 int CudaExecutor::Impl::AcquireBuffer() {
-  std::unique_lock<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   // Pieces complete in launch order, so the oldest buffer is the next to free.
-  cv.wait(lock, [&] { return !buffers[next_buffer].busy; });
+  while (buffers[next_buffer].busy) cv.Wait(lock);
   const int index = next_buffer;
   buffers[index].busy = true;
   next_buffer = (next_buffer + 1) % static_cast<int>(buffers.size());
@@ -781,7 +780,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
   const int num_pieces = std::max(1, (n + largest - 1) / largest);
   state->pieces_left = num_pieces;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     ++pending_batches;
   }
   Status wait_status;
@@ -826,10 +825,10 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       piece.launch_status = wait_status;
     }
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       completions.push_back(std::move(piece));
     }
-    cv.notify_all();
+    cv.NotifyAll();
   }
   return Status::Ok();
 }
@@ -841,8 +840,8 @@ void CudaExecutor::Impl::CompletionLoop() {
   for (;;) {
     Piece piece;
     {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stop || !completions.empty(); });
+      MutexLock lock(&mu);
+      while (!stop && completions.empty()) cv.Wait(lock);
       if (completions.empty()) return;
       piece = std::move(completions.front());
       completions.pop_front();
@@ -878,7 +877,7 @@ void CudaExecutor::Impl::CompletionLoop() {
                       h * sizeof(float));
         }
       }
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       buf.busy = false;
       if (options.record_timings) timings.push_back(piece.timings);
     } else if (!status.ok()) {
@@ -887,7 +886,7 @@ void CudaExecutor::Impl::CompletionLoop() {
         if (rs.ok()) rs = status;
       }
     }
-    cv.notify_all();  // a buffer is free
+    cv.NotifyAll();  // a buffer is free
     if (!status.ok()) {
       b.failed = true;
       Logger().error("cuda executor: a piece of {} requests failed: {}", piece.count,
@@ -899,13 +898,13 @@ void CudaExecutor::Impl::CompletionLoop() {
       const bool failed = b.failed;
       const auto requests = static_cast<std::int64_t>(b.batch.requests.size());
       piece.batch.reset();
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ++stats.batches;
       stats.requests += requests;
       if (failed) ++stats.failed_batches;
       --pending_batches;
     }
-    cv.notify_all();
+    cv.NotifyAll();
   }
 }
 
@@ -1007,7 +1006,7 @@ Status CudaExecutor::ReadToken(SequenceId id, int layer, int position, Half* k, 
 ExecutorStats CudaExecutor::stats() const {
   ExecutorStats s;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(&impl_->mu);
     s = impl_->stats;
   }
   FillKvStats(*impl_->planner, *impl_->cache, &s);
@@ -1038,7 +1037,7 @@ void CudaExecutor::InjectLaunchFailuresForTesting(int count) {
 }
 
 std::vector<PieceTimings> CudaExecutor::TakeTimings() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   return std::exchange(impl_->timings, {});
 }
 
