@@ -50,7 +50,7 @@ struct HandleAccess {
     return RequestHandle(record, generation);
   }
   static RequestRecord* RecordOf(const RequestHandle& h) {
-    return static_cast<RequestRecord*>(h.slot_);
+    return static_cast<RequestRecord*>(h.record_);
   }
   static std::uint64_t GenerationOf(const RequestHandle& h) { return h.generation_; }
 };

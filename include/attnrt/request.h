@@ -56,13 +56,14 @@ using DoneCallback = std::function<void(DecodeResult)>;
 class RequestHandle {
  public:
   RequestHandle() = default;
-  bool valid() const { return slot_ != nullptr; }
+  bool valid() const { return record_ != nullptr; }
   friend bool operator==(const RequestHandle&, const RequestHandle&) = default;
 
  private:
   friend struct scheduler::internal::HandleAccess;
-  RequestHandle(void* slot, std::uint64_t generation) : slot_(slot), generation_(generation) {}
-  void* slot_ = nullptr;
+  RequestHandle(void* record, std::uint64_t generation)
+      : record_(record), generation_(generation) {}
+  void* record_ = nullptr;
   std::uint64_t generation_ = 0;
 };
 
