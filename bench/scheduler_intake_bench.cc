@@ -128,7 +128,7 @@ void BM_Intake(benchmark::State& state) {
       threads.emplace_back([&, p] {
         std::unique_ptr<Scheduler::Producer> producer;
         if (tokens) producer = scheduler->CreateProducer();
-        std::vector<std::future<DecodeResult>> held;
+        std::vector<ResultFuture> held;
         if (futures) held.reserve(per_producer);
         DecodeRequest r;
         r.q = q;

@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
             int seq;
             std::vector<Half> q;
             Clock::time_point submitted;
-            std::future<attnrt::DecodeResult> result;
+            attnrt::ResultFuture result;
           };
           std::vector<Pending> round;
           for (int seq = t; seq < o.sequences; seq += o.threads) {

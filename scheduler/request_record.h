@@ -20,6 +20,8 @@
 
 namespace attnrt::scheduler::internal {
 
+struct Completion;
+
 // RequestRecord::state packs a generation (bumped on every release, so stale handles miss) with a
 // phase and the cancel-requested bit. The CAS kQueued -> kDispatched is the point of no return.
 inline constexpr std::uint64_t kPhaseFree = 0;
@@ -42,7 +44,7 @@ struct RequestRecord {
   Half* out_dest = nullptr;
   float* lse_dest = nullptr;
   bool want_lse = false;
-  std::optional<std::promise<DecodeResult>> promise;  // set when no callback was given
+  Completion* completion = nullptr;  // the future form (no callback given): its pooled state
   DoneCallback callback;
 
   // Staging, fixed for the record's life (owned by its slab). device_visible: it lies in the
@@ -81,7 +83,7 @@ class RecordPool {
   RequestRecord* Acquire();
   // Fills out[0..n) (growing as needed); for per-producer caches.
   void AcquireBulk(RequestRecord** out, std::size_t n);
-  // The record must hold no promise or callback. Bumps its generation.
+  // The record must hold no completion or callback. Bumps its generation.
   void Release(RequestRecord* record);
   void ReleaseBulk(RequestRecord* const* records, std::size_t n);
 

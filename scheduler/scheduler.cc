@@ -38,24 +38,16 @@
 
 #include "concurrentqueue.h"
 #include "scheduler/batching_window.h"
+#include "scheduler/completion.h"
+#include "scheduler/handle_access.h"
 #include "scheduler/request_queue.h"
 #include "scheduler/request_record.h"
 #include "scheduler/sequence_activity.h"
 
 namespace attnrt::scheduler {
 
-namespace internal {
-struct HandleAccess {
-  static RequestHandle Make(RequestRecord* record, std::uint64_t generation) {
-    return RequestHandle(record, generation);
-  }
-  static RequestRecord* RecordOf(const RequestHandle& h) {
-    return static_cast<RequestRecord*>(h.record_);
-  }
-  static std::uint64_t GenerationOf(const RequestHandle& h) { return h.generation_; }
-};
-}  // namespace internal
 
+using internal::Completion;
 using internal::HandleAccess;
 using internal::RequestRecord;
 
@@ -134,6 +126,7 @@ class Scheduler::Impl final : public ClockListener {
   ~Impl() override {
     Shutdown();
     clock_->RemoveListener(this);
+    completions_->Orphan();  // deletes itself once every future has let go
   }
 
   void Start() {
@@ -144,7 +137,7 @@ class Scheduler::Impl final : public ClockListener {
   // ---- intake ---------------------------------------------------------------------------------
 
   StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback* done,
-                                 std::future<DecodeResult>* future, Producer::State* producer) {
+                                 ResultFuture* future, Producer::State* producer) {
     if (done != nullptr && !*done) {
       return Reject(RejectReason::kInvalidArgument,
                     InvalidArgumentError("done callback is empty (pass a callable, or use the "
@@ -202,8 +195,8 @@ class Scheduler::Impl final : public ClockListener {
     if (done != nullptr) {
       record->callback = std::move(*done);
     } else {
-      record->promise.emplace();
-      *future = record->promise->get_future();
+      record->completion = completions_->Acquire();
+      *future = HandleAccess::MakeFuture(record->completion);
     }
     const std::uint64_t generation =
         internal::GenerationOf(record->state.load(std::memory_order_relaxed));
@@ -599,7 +592,7 @@ class Scheduler::Impl final : public ClockListener {
                                              " statuses for a batch of " + std::to_string(size)));
     }
     completion_tasks_.fetch_add(1, std::memory_order_acq_rel);
-    // A small batch of futures only is delivered here: setting a promise runs no user code, and
+    // A small batch of futures only is delivered here: fulfilling a future runs no user code, and
     // it saves the hand-off to a pool thread (a wake-up, several microseconds) on the latency
     // path. Callbacks, and large batches, go to the pool.
     const bool inline_delivery =
@@ -675,8 +668,8 @@ class Scheduler::Impl final : public ClockListener {
       }
       record->callback = nullptr;
     } else {
-      record->promise->set_value(std::move(result));
-      record->promise.reset();
+      completions_->Fulfil(record->completion, std::move(result));
+      record->completion = nullptr;
     }
   }
 
@@ -819,6 +812,8 @@ class Scheduler::Impl final : public ClockListener {
   const ClockNanos spin_ns_;
 
   internal::RecordPool pool_;
+  // The future form's completion state; outlives this scheduler while futures hold some.
+  internal::CompletionPool* const completions_ = new internal::CompletionPool();
   IntakeQueue intake_;
   internal::SequenceActivity activity_;
   SchedulerMetrics metrics_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <attnrt/config.h>
+#include <attnrt/export.h>
 #include <attnrt/half.h>
 #include <attnrt/status.h>
 
@@ -18,6 +19,7 @@ namespace attnrt {
 
 namespace scheduler::internal {
 struct HandleAccess;
+struct Completion;
 }  // namespace scheduler::internal
 
 // One decode step of one (sequence, layer): the new token's query, key and value.
@@ -68,10 +70,43 @@ class RequestHandle {
 };
 
 
+// The result of one request submitted in the future form: std::future's interface for it
+// (get, wait, wait_for, valid) plus ready(), over completion state the runtime pools, so a
+// Submit allocates nothing for it. Move-only; not shared between threads. get() takes the
+// result (the future is then empty); a get() on an empty future returns a FailedPrecondition
+// result instead of throwing. wait() and get() poll for a few microseconds, then sleep until
+// the result is delivered. A future stays usable after the Runtime that made it is destroyed
+// (every request completes before that, with its result or a Status).
+class ATTNRT_EXPORT ResultFuture {
+ public:
+  ResultFuture() = default;
+  ResultFuture(ResultFuture&& other) noexcept;
+  ResultFuture& operator=(ResultFuture&& other) noexcept;
+  ~ResultFuture();
+
+  bool valid() const { return completion_ != nullptr; }
+  // True once the result is there (get() will not wait).
+  bool ready() const;
+  void wait() const;
+  template <typename Rep, typename Period>
+  std::future_status wait_for(const std::chrono::duration<Rep, Period>& timeout) const {
+    if (timeout >= std::chrono::hours(24 * 366)) return WaitForNs(std::chrono::nanoseconds::max());
+    return WaitForNs(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout));
+  }
+  DecodeResult get();
+
+ private:
+  friend struct scheduler::internal::HandleAccess;
+  explicit ResultFuture(scheduler::internal::Completion* c) : completion_(c) {}
+  std::future_status WaitForNs(std::chrono::nanoseconds timeout) const;
+  void Reset();
+  scheduler::internal::Completion* completion_ = nullptr;
+};
+
 // A Submit that returns a future.
 struct Submission {
   RequestHandle handle;
-  std::future<DecodeResult> result;
+  ResultFuture result;
 };
 
 }  // namespace attnrt

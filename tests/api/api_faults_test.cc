@@ -402,7 +402,7 @@ TEST_F(RuntimeFaultsTest, BlockingCallbackHoldsOnlyItsOwnCompletionThread) {
 
   // Meanwhile: two threads, callbacks and futures, on the other sequences.
   std::vector<std::unique_ptr<Delivery>> ds(16);
-  std::vector<std::future<DecodeResult>> futures;
+  std::vector<ResultFuture> futures;
   std::mutex mu;
   std::vector<std::thread> submitters;
   for (int t = 0; t < 2; ++t) {

@@ -101,7 +101,7 @@ TEST_P(RuntimeTest, PipelinedStepsFromOneThreadRunInSubmissionOrder) {
   ASSERT_TRUE(rt_->Prefill(3, 1, kPrompt, pk, pv).ok());
   mirror.Append(pk, pv);
   std::vector<std::vector<double>> expected;
-  std::vector<std::future<DecodeResult>> results;
+  std::vector<ResultFuture> results;
   for (int i = 0; i < kSteps; ++i) {
     auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
     DecodeRequest req;

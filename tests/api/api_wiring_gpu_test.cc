@@ -44,7 +44,7 @@ bool AnyNonFinite(const std::vector<Half>& out) {
   return false;
 }
 
-bool IsReady(std::future<DecodeResult>& f, std::chrono::milliseconds wait = milliseconds(0)) {
+bool IsReady(ResultFuture& f, std::chrono::milliseconds wait = milliseconds(0)) {
   return f.wait_for(wait) == std::future_status::ready;
 }
 
@@ -495,7 +495,7 @@ TEST_P(RuntimeWiringTest, MinBatchSizeDispatchesWithoutWaitingForTheWindow) {
   Start();
   std::vector<DenseKv> mirrors(4);
   std::vector<Step> steps;
-  std::vector<std::future<DecodeResult>> results;
+  std::vector<ResultFuture> results;
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(rt_->CreateSequence(100 + i).ok());
     PrefillRandom(100 + i, 1, 3, &mirrors[i]);

@@ -77,10 +77,10 @@ class SchedulerTest : public ::testing::Test {
     return r;
   }
 
-  std::future<DecodeResult> SubmitOk(const DecodeRequest& r) {
+  ResultFuture SubmitOk(const DecodeRequest& r) {
     auto s = scheduler_->Submit(r);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? std::move(s->result) : std::future<DecodeResult>();
+    return s.ok() ? std::move(s->result) : ResultFuture();
   }
 
   // Tags of every recorded batch, in order.
@@ -93,11 +93,11 @@ class SchedulerTest : public ::testing::Test {
     return out;
   }
 
-  static bool Ready(std::future<DecodeResult>& f) {
+  static bool Ready(ResultFuture& f) {
     return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
   // Waits for a result the test expects to come (bounded so that a bug fails, never hangs).
-  static DecodeResult Get(std::future<DecodeResult>& f) {
+  static DecodeResult Get(ResultFuture& f) {
     EXPECT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
     return f.get();
   }
@@ -310,7 +310,7 @@ void SchedulerTest::RunRoutingCase() {
 
 TEST_F(SchedulerTest, FullBucketDispatchesImmediately) {
   Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 8; ++i) f.push_back(SubmitOk(Request(i, i)));
   scheduler_->SyncForTesting();
   ASSERT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3, 4, 5, 6, 7}}));
@@ -320,7 +320,7 @@ TEST_F(SchedulerTest, FullBucketDispatchesImmediately) {
 
 TEST_F(SchedulerTest, PartialBatchWaitsForTheDelayThenGoesWhole) {
   Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
   scheduler_->SyncForTesting();
   EXPECT_EQ(executor_->submitted_batches(), 0);
@@ -345,7 +345,7 @@ TEST_F(SchedulerTest, PartialBatchWaitsForTheDelayThenGoesWhole) {
 
 TEST_F(SchedulerTest, BeyondAFullBucketTheRestWaitsForItsOwnWindow) {
   Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 10; ++i) f.push_back(SubmitOk(Request(i, i)));
   scheduler_->SyncForTesting();
   EXPECT_EQ(BatchTags().size(), 1u);
@@ -371,7 +371,7 @@ TEST_F(SchedulerTest, MinBatchSizeIsHonouredOnlyWithinTheDelay) {
   SchedulerOptions o = WindowOptions(8, microseconds(100));
   o.min_batch_size = 4;
   Make(o, Buckets({1, 2, 4, 8}));
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
   scheduler_->SyncForTesting();
   EXPECT_EQ(executor_->submitted_batches(), 0);  // 3 < min_batch_size
@@ -395,7 +395,7 @@ TEST_F(SchedulerTest, StrictPriorityThenFifoWithinALevel) {
   o.num_priority_levels = 3;
   Make(o, Buckets({1, 2, 4}, /*max_in_flight=*/1));
   executor_->Pause();
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   f.push_back(SubmitOk(Request(100, 0)));  // the only batch in flight (max_in_flight 1)
   executor_->WaitForSubmitted(1);
   f.push_back(SubmitOk(Request(1, 1, 0, /*priority=*/2)));
@@ -510,7 +510,7 @@ TEST_F(SchedulerTest, QueueFullIsRejectedAtSubmitWithResourceExhausted) {
   SchedulerOptions o = WindowOptions(8, microseconds(10'000));
   o.max_queue_size = 4;
   Make(o);
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 4; ++i) f.push_back(SubmitOk(Request(i, i)));
   auto full = scheduler_->Submit(Request(9, 9));
   ASSERT_FALSE(full.ok());
@@ -530,7 +530,7 @@ TEST_F(SchedulerTest, QueueFullIsRejectedAtSubmitWithResourceExhausted) {
 TEST_F(SchedulerTest, NeverTwoRequestsOfOneSequenceAndLayerInABatch) {
   Make(WindowOptions(8, microseconds(0)), Buckets({1, 2, 4, 8}, 1));
   executor_->Pause();
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   f.push_back(SubmitOk(Request(100, 9)));
   executor_->WaitForSubmitted(1);
   f.push_back(SubmitOk(Request(1, 1, 0)));
@@ -550,7 +550,7 @@ TEST_F(SchedulerTest, NeverTwoRequestsOfOneSequenceAndLayerInABatch) {
 TEST_F(SchedulerTest, KeepsUpToMaxInFlightBatchesRunning) {
   Make(WindowOptions(1, microseconds(0)), Buckets({1}, /*max_in_flight=*/2));
   executor_->Pause();
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 5; ++i) f.push_back(SubmitOk(Request(i, i)));
   executor_->WaitForSubmitted(2);
   scheduler_->SyncForTesting();
@@ -598,7 +598,7 @@ TEST_F(SchedulerTest, ABlockingCallbackDoesNotStallBatching) {
   });
   ASSERT_TRUE(a.ok());
   entered.get_future().wait();
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 6; ++i) f.push_back(SubmitOk(Request(10 + i, 10 + i)));
   std::atomic<bool> queued_callback_ran{false};
   ASSERT_TRUE(scheduler_->Submit(Request(20, 20), [&](DecodeResult) {
@@ -640,7 +640,7 @@ TEST_F(SchedulerTest, ExecutorFailuresReachEveryAffectedRequestAndOnlyThose) {
 
 TEST_F(SchedulerTest, DrainFinishesEverythingAdmittedWithoutWaitingForTheWindow) {
   Make(WindowOptions(8, microseconds(1'000'000)));
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
   scheduler_->SyncForTesting();
   EXPECT_EQ(executor_->submitted_batches(), 0);
@@ -662,7 +662,7 @@ TEST_F(SchedulerTest, ShutdownFailsQueuedRequestsAndWaitsForInFlightOnes) {
   executor_->Pause();
   auto running = SubmitOk(Request(1, 1));
   executor_->WaitForSubmitted(1);
-  std::vector<std::future<DecodeResult>> queued;
+  std::vector<ResultFuture> queued;
   for (int i = 0; i < 3; ++i) queued.push_back(SubmitOk(Request(10 + i, 10 + i)));
   std::thread stopper([&] { scheduler_->Shutdown(); });
   for (auto& x : queued) {
@@ -694,7 +694,7 @@ TEST_F(SchedulerTest, MetricsCountEveryOutcomeAndExportPrometheusText) {
   SchedulerOptions o = WindowOptions(4, microseconds(50));
   o.default_timeout = microseconds(1000);
   Make(o, Buckets({1, 2, 4}));
-  std::vector<std::future<DecodeResult>> ok;
+  std::vector<ResultFuture> ok;
   for (int i = 0; i < 6; ++i) ok.push_back(SubmitOk(Request(i, i)));  // 4 at once, 2 at 50 us
   auto cancelled = scheduler_->Submit(Request(20, 20));
   ASSERT_TRUE(cancelled.ok());
@@ -737,7 +737,7 @@ TEST_F(SchedulerTest, EachFormedBatchIsLoggedAtDebugLevel) {
   logger.sinks().push_back(sink);
   logger.set_level(spdlog::level::debug);
   Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
-  std::vector<std::future<DecodeResult>> f;
+  std::vector<ResultFuture> f;
   for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
   scheduler_->SyncForTesting();
   clock_.Advance(microseconds(100));

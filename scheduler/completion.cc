@@ -1,0 +1,182 @@
+// CompletionPool and the ResultFuture methods (scheduler/completion.h, attnrt/request.h).
+#include "scheduler/completion.h"
+
+#include <climits>
+#include <thread>
+#include <utility>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace attnrt {
+namespace scheduler::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Polling before sleeping: a result due within a few microseconds is taken without the sleep
+// and wake-up, which cost several microseconds each.
+constexpr auto kPollFor = std::chrono::microseconds(4);
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+#if defined(__linux__)
+// Sleeps while *word == expected, for at most `timeout` (negative: no limit). Spurious returns
+// are fine: the caller re-checks.
+void FutexWait(const std::atomic<std::uint32_t>* word, std::uint32_t expected,
+               std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (timeout.count() >= 0) {
+    ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+    tsp = &ts;
+  }
+  syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+          tsp, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<std::uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+#endif
+
+}  // namespace
+
+bool Completion::Wait(std::chrono::nanoseconds timeout) {
+  if (ready()) return true;
+  const Clock::time_point start = Clock::now();
+  const bool bounded = timeout.count() >= 0;
+  const Clock::time_point deadline =
+      bounded ? start + std::chrono::duration_cast<Clock::duration>(timeout) : Clock::time_point::max();
+  const Clock::time_point poll_until = std::min(deadline, start + kPollFor);
+  while (Clock::now() < poll_until) {
+    if (ready()) return true;
+    CpuRelax();
+  }
+  std::atomic<std::uint32_t>& word = state;
+  while (true) {
+    std::uint32_t s = word.load(std::memory_order_acquire);
+    if (s == kReady) return true;
+    const Clock::time_point now = Clock::now();
+    if (bounded && now >= deadline) return false;
+    // Tell Fulfil that someone sleeps (kPending -> kSleeping); it then makes the wake call.
+    if (s == kPending && !word.compare_exchange_strong(s, kSleeping, std::memory_order_acq_rel)) {
+      if (s == kReady) return true;
+    }
+#if defined(__linux__)
+    FutexWait(&word, kSleeping,
+              bounded ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now)
+                      : std::chrono::nanoseconds(-1));
+#else
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+#endif
+  }
+}
+
+CompletionPool::CompletionPool() = default;
+
+Completion* CompletionPool::Acquire() {
+  refs_.fetch_add(1, std::memory_order_relaxed);
+  Completion* c = nullptr;
+  if (!free_.try_dequeue(c)) {
+    auto slab = std::make_unique<Completion[]>(kSlab);
+    std::vector<Completion*> spare(kSlab - 1);
+    for (std::size_t i = 0; i < kSlab; ++i) slab[i].pool = this;
+    for (std::size_t i = 1; i < kSlab; ++i) spare[i - 1] = &slab[i];
+    c = &slab[0];
+    free_.enqueue_bulk(spare.data(), spare.size());
+    MutexLock lock(&grow_mu_);
+    slabs_.push_back(std::move(slab));
+  }
+  c->state.store(Completion::kPending, std::memory_order_relaxed);
+  c->refs.store(2, std::memory_order_relaxed);  // the scheduler's and the future's
+  return c;
+}
+
+void CompletionPool::Fulfil(Completion* c, DecodeResult result) {
+  c->result = std::move(result);
+  const std::uint32_t before = c->state.exchange(Completion::kReady, std::memory_order_acq_rel);
+#if defined(__linux__)
+  if (before == Completion::kSleeping) FutexWakeAll(&c->state);
+#else
+  (void)before;
+#endif
+  Release(c);
+}
+
+void CompletionPool::Release(Completion* c) {
+  if (c->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  c->result = DecodeResult();  // frees the output of a result nobody took
+  free_.enqueue(c);
+  Unref();
+}
+
+void CompletionPool::Orphan() { Unref(); }
+
+void CompletionPool::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+}  // namespace scheduler::internal
+
+// ---- ResultFuture -------------------------------------------------------------------------------
+
+ResultFuture::ResultFuture(ResultFuture&& other) noexcept
+    : completion_(std::exchange(other.completion_, nullptr)) {}
+
+ResultFuture& ResultFuture::operator=(ResultFuture&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    completion_ = std::exchange(other.completion_, nullptr);
+  }
+  return *this;
+}
+
+ResultFuture::~ResultFuture() { Reset(); }
+
+void ResultFuture::Reset() {
+  if (completion_ != nullptr) {
+    completion_->pool->Release(completion_);
+    completion_ = nullptr;
+  }
+}
+
+bool ResultFuture::ready() const { return completion_ != nullptr && completion_->ready(); }
+
+void ResultFuture::wait() const {
+  if (completion_ != nullptr) completion_->Wait(std::chrono::nanoseconds(-1));
+}
+
+std::future_status ResultFuture::WaitForNs(std::chrono::nanoseconds timeout) const {
+  if (completion_ == nullptr) return std::future_status::ready;  // get() then says why
+  // nanoseconds::max() means no limit (wait_for of a year or more); a negative timeout polls.
+  const std::chrono::nanoseconds limit = timeout == std::chrono::nanoseconds::max()
+                                             ? std::chrono::nanoseconds(-1)
+                                             : std::max(timeout, std::chrono::nanoseconds(0));
+  return completion_->Wait(limit) ? std::future_status::ready : std::future_status::timeout;
+}
+
+DecodeResult ResultFuture::get() {
+  if (completion_ == nullptr) {
+    DecodeResult r;
+    r.status = FailedPreconditionError(
+        "ResultFuture::get() on a future without a result (default-constructed, moved from, or "
+        "already taken)");
+    return r;
+  }
+  completion_->Wait(std::chrono::nanoseconds(-1));
+  DecodeResult r = std::move(completion_->result);
+  Reset();
+  return r;
+}
+
+}  // namespace attnrt

@@ -1,0 +1,75 @@
+// Completion: the pooled state behind one ResultFuture (attnrt/request.h), from the Submit that
+// made the future to the later of (result delivered, future done with it). CompletionPool
+// recycles them, so the future form of Submit allocates nothing per request in the steady state
+// (a std::promise allocated a shared state per request, and set_value another).
+//
+// Contract
+//   - Acquire() hands out a Completion holding two references: the scheduler's (dropped by
+//     Fulfil) and the future's (dropped by ResultFuture's get() or destructor). The last one
+//     returns it to the pool.
+//   - Fulfil() stores the result and wakes a waiter; it is called exactly once per Completion.
+//   - The pool outlives its owner: Orphan() drops the owner's reference, and the pool deletes
+//     itself when the last outstanding Completion is released (a future may outlive the
+//     scheduler that made it).
+//   - Waiting: a waiter polls briefly, then sleeps on a futex (Linux; elsewhere it polls with
+//     short sleeps). Fulfil makes a system call only when a waiter is asleep.
+// Thread safety: every method from any thread; one Completion is waited on by one thread at a
+// time (a future is not shared).
+// Internal to scheduler/ (and the ResultFuture methods in completion.cc).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <attnrt/request.h>
+
+#include "api/internal/mutex.h"
+#include "concurrentqueue.h"
+
+namespace attnrt::scheduler::internal {
+
+class CompletionPool;
+
+struct Completion {
+  // kPending -> kReady once; kSleeping while a waiter sleeps on a pending result.
+  static constexpr std::uint32_t kPending = 0, kReady = 1, kSleeping = 2;
+  std::atomic<std::uint32_t> state{kPending};
+  std::atomic<int> refs{0};
+  DecodeResult result;  // written by Fulfil before state becomes kReady
+  CompletionPool* pool = nullptr;
+
+  // Waits until the result is ready or `timeout` has passed (a negative timeout: no limit).
+  // True when ready.
+  bool Wait(std::chrono::nanoseconds timeout);
+  bool ready() const { return state.load(std::memory_order_acquire) == kReady; }
+};
+
+class CompletionPool {
+ public:
+  CompletionPool();
+  CompletionPool(const CompletionPool&) = delete;
+  CompletionPool& operator=(const CompletionPool&) = delete;
+
+  Completion* Acquire();
+  void Fulfil(Completion* c, DecodeResult result);
+  // Drops one reference; the last returns `c` to the pool.
+  void Release(Completion* c);
+  // The owner is done with the pool: it deletes itself once nothing is outstanding.
+  void Orphan();
+
+ private:
+  ~CompletionPool() = default;
+  void Unref();
+
+  static constexpr std::size_t kSlab = 256;
+  // 1 for the owner + the Completions handed out and not yet released.
+  std::atomic<std::int64_t> refs_{1};
+  moodycamel::ConcurrentQueue<Completion*> free_;
+  Mutex grow_mu_;
+  std::vector<std::unique_ptr<Completion[]>> slabs_ GUARDED_BY(grow_mu_);
+};
+
+}  // namespace attnrt::scheduler::internal
