@@ -58,6 +58,10 @@ struct DecodePlanRequest {
   int max_kv_length = 0;  // the longest kv_length the plan must run; 0 = shape.max_context
   DecodeStep step = DecodeStep::kAppendAndDecode;
   DecodeDevice device;
+  // The GEMM path only: the most workspace its plan may ask for (it cuts a run into batch
+  // slices and context chunks to stay within it; kernels/gemm_path.h). 0 means
+  // kGemmPathDefaultMaxWorkspaceBytes.
+  std::size_t max_workspace_bytes = 0;
 };
 
 // How the split-KV kernels are launched: what study 4 (bench/kernels_launch_sweep_bench) sweeps
