@@ -150,6 +150,20 @@ std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int m
   return std::move(*rt);
 }
 
+// The value of one sample line of a Prometheus text exposition (0 when absent).
+double MetricValue(const std::string& text, const std::string& name) {
+  const std::size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return 0.0;
+  return std::atof(text.c_str() + at + name.size() + 2);
+}
+
+// Mean of a scheduler time histogram in microseconds, from its _sum and _count.
+double MeanUs(const std::string& text, const std::string& histogram) {
+  const double count = MetricValue(text, "attnrt_scheduler_" + histogram + "_count");
+  return count > 0 ? MetricValue(text, "attnrt_scheduler_" + histogram + "_sum") / count * 1e6
+                   : 0.0;
+}
+
 // One caller thread, Submit -> future.get(), rotating over every (sequence, layer).
 LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false) {
   const ModelShape shape = B1Shape();
@@ -191,6 +205,19 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false) {
     if (!res.status.ok()) Die("decode: " + res.status.ToString());
     if (i >= 100) us.push_back(t);
   }
+  // Where the time went, from the scheduler's own histograms (means over every request,
+  // warm-up included): submit -> dispatch, the executor's submit -> done, submit -> delivered.
+  const std::string metrics = rt->MetricsText();
+  const double queue = MeanUs(metrics, "queue_delay_seconds");
+  const double executor = MeanUs(metrics, "executor_time_seconds");
+  const double delivered = MeanUs(metrics, "latency_seconds");
+  double mean = 0;
+  for (double t : us) mean += t;
+  mean /= std::max<std::size_t>(us.size(), 1);
+  std::printf("  B=1 %s%s means: submit->dispatch %.1f us, executor %.1f, done->delivered %.1f, "
+              "delivered->caller %.1f (caller's mean %.1f)\n",
+              graphs ? "graph" : "eager", callback_spin ? " callback" : "", queue, executor,
+              delivered - queue - executor, mean - delivered, mean);
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
 
