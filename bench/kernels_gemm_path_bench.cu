@@ -5,13 +5,20 @@
 //                                iterative (per query head), iterative_kv (per kv head),
 //                                pointer_batched, big_gemm, fused, fused_graph
 //   stages/B:b/T:t/<stage>       each GEMM-path stage alone, plus total and fused
+//   chunked/<kv>/B:b/T:t/budget_MiB:m   the path (graph replay) planned within a workspace
+//                                budget (0: none, one piece): chunks/slices, modelled bytes with
+//                                the merge traffic; checked once against the one-piece run
 //   copy_bandwidth               device-to-device copy (read + write bytes / s): the ceiling
+// path/ and stages/ plan one piece (no budget): the studies compare ways of issuing one layout.
 // Every batch row attends its full length T (Tpad = T); Llama-3.1-8B heads (H 32, Hkv 8, D 128,
 // block 16) unless the name says mha (Hkv 32).
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -116,7 +123,7 @@ void RunPath(benchmark::State& state, int kv_heads, int b, int t, PathMethod met
               "fused run");
     };
   } else {
-    auto p = kernels::PlanGemmPath(shape, b, t);
+    auto p = kernels::PlanGemmPath(shape, b, t, SIZE_MAX);  // one piece: the baselines need it
     CheckOk(p, "PlanGemmPath");
     plan = *p;
     ws = std::make_unique<DeviceAlloc>(plan.workspace_bytes);
@@ -205,7 +212,7 @@ void RunStages(benchmark::State& state, int b, int t, const std::string& which) 
     bytes = kv + 2 * rows * d * 2;
     flops = 4.0 * rows * t * d;
   } else {
-    plan = *kernels::PlanGemmPath(shape, b, t);
+    plan = *kernels::PlanGemmPath(shape, b, t, SIZE_MAX);  // one piece: stages in run order
     ws = std::make_unique<DeviceAlloc>(plan.workspace_bytes);
     CheckOk(kernels::PrepareGemmPathWorkspace(plan, ws->ws(), ctx.stream), "prepare");
     CheckOk(kernels::RunGemmPath(plan, shape, data.batch, data.pools, ws->ws(), ctx.cublas,
@@ -261,6 +268,78 @@ void RunStages(benchmark::State& state, int b, int t, const std::string& which) 
   state.counters["copy_bw"] = ctx.copy_bw;
 }
 
+// ---- the chunked path: one piece vs pieces within a budget --------------------------------
+void RunChunked(benchmark::State& state, int kv_heads, int b, int t, int budget_mib) {
+  Context& ctx = Ctx();
+  const ModelShape shape = Shape(kv_heads, t);
+  DeviceDecodeBatch data(shape, std::vector<int>(b, t), ctx.stream);
+  const std::size_t budget = budget_mib > 0 ? std::size_t(budget_mib) << 20 : SIZE_MAX;
+  const GemmPathPlan plan = *kernels::PlanGemmPath(shape, b, t, budget);
+  DeviceAlloc ws(plan.workspace_bytes);
+  CheckOk(kernels::PrepareGemmPathWorkspace(plan, ws.ws(), ctx.stream), "prepare");
+  auto enqueue = [&] {
+    CheckOk(kernels::RunGemmPath(plan, shape, data.batch, data.pools, ws.ws(), ctx.cublas,
+                                 ctx.stream),
+            "RunGemmPath");
+  };
+  // Checked once before timing: the pieces' merged output against the one-piece run's.
+  const std::size_t out_elems = static_cast<std::size_t>(b) * shape.num_q_heads * shape.head_dim;
+  std::vector<__half> got(out_elems), want(out_elems);
+  enqueue();
+  Check(cudaMemcpyAsync(got.data(), data.out, out_elems * 2, cudaMemcpyDeviceToHost, ctx.stream),
+        "download");
+  if (plan.pieces() > 1) {
+    const GemmPathPlan whole = *kernels::PlanGemmPath(shape, b, t, SIZE_MAX);
+    DeviceAlloc whole_ws(whole.workspace_bytes);
+    CheckOk(kernels::RunGemmPath(whole, shape, data.batch, data.pools, whole_ws.ws(), ctx.cublas,
+                                 ctx.stream),
+            "RunGemmPath (one piece)");
+    Check(cudaMemcpyAsync(want.data(), data.out, out_elems * 2, cudaMemcpyDeviceToHost,
+                          ctx.stream),
+          "download");
+  }
+  Check(cudaStreamSynchronize(ctx.stream), "sync");
+  double max_diff = 0.0;
+  for (std::size_t i = 0; plan.pieces() > 1 && i < out_elems; ++i) {
+    const double d = std::abs(__half2float(got[i]) - __half2float(want[i]));
+    max_diff = std::isfinite(d) ? std::max(max_diff, d) : INFINITY;
+  }
+  if (!(max_diff <= 2e-3)) {
+    state.SkipWithError(("pieces disagree with the one-piece run: max |diff| = " +
+                         std::to_string(max_diff)).c_str());
+    return;
+  }
+  Check(cudaStreamSynchronize(ctx.stream), "sync");
+  Graph graph(ctx.stream, enqueue);
+  GpuTimer timer(ctx.stream);
+  MeasureInto(state, timer, [&] { Check(cudaGraphLaunch(graph.exec, ctx.stream), "launch"); });
+
+  // Model (every row at T): KV read once from the pages, written to the workspace and read back
+  // by the GEMMs (over n*C >= T tokens); FP32 scores written and read, FP16 weights written and
+  // read; per chunk after the first, its FP32 partial output written by PV and read by the merge
+  // with the running one (written back except by the last, which writes FP16 out).
+  const double rows = static_cast<double>(b) * shape.num_q_heads;
+  const double d = shape.head_dim;
+  const double padded = static_cast<double>(plan.num_chunks) * plan.chunk_tokens;
+  const double n = plan.num_chunks;
+  const double merge_bytes = (n - 1) * rows * d * 4 * 3 + (n > 2 ? (n - 2) * rows * d * 4 : 0);
+  const double bytes = data.kv_bytes() + 2.0 * plan.kv_workspace_bytes() + rows * padded * 12 +
+                       rows * d * (4 + 2) + merge_bytes;
+  const double s = state.counters["gpu_us"].value * 1e-6;
+  state.counters["B"] = b;
+  state.counters["T"] = t;
+  state.counters["Hkv"] = kv_heads;
+  state.counters["budget_MiB"] = budget_mib;
+  state.counters["workspace_MiB"] = static_cast<double>(plan.workspace_bytes) / (1 << 20);
+  state.counters["chunks"] = plan.num_chunks;
+  state.counters["slices"] = plan.num_slices;
+  state.counters["bytes"] = bytes;
+  state.counters["merge_bytes"] = merge_bytes;
+  state.counters["flops"] = 4.0 * rows * padded * d + 5.0 * rows * padded;
+  state.counters["bw_frac"] = bytes / s / ctx.copy_bw;
+  state.counters["max_diff"] = max_diff;
+}
+
 }  // namespace
 }  // namespace attnrt::bench
 
@@ -291,6 +370,22 @@ int main(int argc, char** argv) {
           RunStages(s, b, t, which);
         })->UseManualTime()->Iterations(5)->Unit(benchmark::kMicrosecond);
       }
+    }
+  }
+  struct ChunkedCase {
+    int kv_heads, b, t;
+    std::vector<int> budgets_mib;
+  };
+  // Issue 12's first batch (MHA, bucket 8, Tpad 12416) and a GQA batch at T 16384.
+  for (const ChunkedCase& c : {ChunkedCase{32, 8, 12416, {0, 1024, 256, 64}},
+                               ChunkedCase{8, 32, 16384, {0, 1024, 256}}}) {
+    for (int budget : c.budgets_mib) {
+      const std::string name = std::string("chunked/") + (c.kv_heads == 8 ? "gqa" : "mha") +
+                               "/B:" + std::to_string(c.b) + "/T:" + std::to_string(c.t) +
+                               "/budget_MiB:" + std::to_string(budget);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+        RunChunked(s, c.kv_heads, c.b, c.t, budget);
+      })->UseManualTime()->Iterations(5)->Unit(benchmark::kMicrosecond);
     }
   }
   benchmark::RegisterBenchmark("copy_bandwidth", [](benchmark::State& s) {

@@ -13,17 +13,20 @@ namespace attnrt::kernels {
 
 using gemm_detail::Buffers;
 using gemm_detail::GemmPathBuffers;
+using gemm_detail::GemmPathPiece;
 
 Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
                         const DecodeBatchView& batch, const KvPoolView& pools,
                         std::span<const std::int32_t> host_kv_lengths, DecodeWorkspace workspace,
                         cublasHandle_t cublas, cudaStream_t stream, GemmIterationGrain grain) {
   ATTNRT_RETURN_IF_ERROR(gemm_detail::ValidateRun(plan, shape, batch, pools, workspace, cublas));
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::CheckOnePiece(plan));
   ATTNRT_RETURN_IF_ERROR(CheckGemmPathLengths(plan, host_kv_lengths));
   const GemmPathBuffers buf = Buffers(plan, workspace);
+  const GemmPathPiece all = gemm_detail::Piece(plan, 0, 0);
   ATTNRT_RETURN_IF_ERROR(gemm_detail::BindCublas(buf, cublas, stream));
   ATTNRT_CUDA_RETURN(cudaMemsetAsync(buf.overflow, 0, sizeof(int), stream));
-  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchGather(plan, batch, pools, buf, stream));
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchGather(plan, all, batch, pools, buf, stream));
   const int h = shape.num_q_heads;
   const int g = shape.group_size();
   const int d = shape.head_dim;
@@ -34,18 +37,18 @@ Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
   const float zero = 0.0f;
   const float one = 1.0f;
   const __half* q = reinterpret_cast<const __half*>(batch.q);
-  for (int slot = 0; slot < plan.capacity; ++slot) {
-    const int len = host_kv_lengths[slot];
+  for (int batch_row = 0; batch_row < plan.capacity; ++batch_row) {
+    const int len = host_kv_lengths[batch_row];
     if (len == 0) continue;
     for (int head = 0; head < h; head += rows) {
-      const std::int64_t bh = static_cast<std::int64_t>(slot) * shape.num_kv_heads + head / g;
-      const std::int64_t row = static_cast<std::int64_t>(slot) * h + head;
+      const std::int64_t bh = static_cast<std::int64_t>(batch_row) * shape.num_kv_heads + head / g;
+      const std::int64_t row = static_cast<std::int64_t>(batch_row) * h + head;
       ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, len, rows, d, &alpha,
                                         buf.k + bh * t_pad * d, CUDA_R_16F, d, q + row * d,
                                         CUDA_R_16F, d, &zero, buf.scores + row * t_pad,
                                         CUDA_R_32F, plan.t_pad, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
-      ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, batch, pools, buf,
+      ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, all, batch, pools, buf,
                                                         static_cast<int>(row), rows, stream));
       ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, rows, len, &one,
                                         buf.v + bh * t_pad * d, CUDA_R_16F, d,
@@ -54,7 +57,7 @@ Status RunGemmIterative(const GemmPathPlan& plan, const ModelShape& shape,
                                         CUBLAS_GEMM_DEFAULT));
     }
   }
-  return gemm_detail::LaunchFinalize(plan, batch, pools, buf, stream);
+  return gemm_detail::LaunchMerge(plan, all, batch, pools, buf, /*final=*/true, stream);
 }
 
 namespace {
@@ -74,6 +77,7 @@ Status PrepareGemmPointerArrays(const GemmPathPlan& plan, const DecodeBatchView&
   if (workspace.data == nullptr || batch.q == nullptr) {
     return InvalidArgumentError("workspace.data and batch.q must be set");
   }
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::CheckOnePiece(plan));
   const GemmPathBuffers buf = Buffers(plan, workspace);
   const int n = plan.batch_count();
   const int g = plan.shape.group_size();
@@ -103,7 +107,9 @@ Status RunGemmPointerBatched(const GemmPathPlan& plan, const ModelShape& shape,
     return InvalidArgumentError("arrays.bytes = " + std::to_string(arrays.bytes) +
                                 ", expected >= " + std::to_string(GemmPointerArrayBytes(plan)));
   }
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::CheckOnePiece(plan));
   const GemmPathBuffers buf = Buffers(plan, workspace);
+  const GemmPathPiece all = gemm_detail::Piece(plan, 0, 0);
   ATTNRT_RETURN_IF_ERROR(gemm_detail::BindCublas(buf, cublas, stream));
   ATTNRT_CUDA_RETURN(cudaMemsetAsync(buf.overflow, 0, sizeof(int), stream));
   const int n = plan.batch_count();
@@ -114,44 +120,46 @@ Status RunGemmPointerBatched(const GemmPathPlan& plan, const ModelShape& shape,
   const float alpha = batch.scale;
   const float zero = 0.0f;
   const float one = 1.0f;
-  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchGather(plan, batch, pools, buf, stream));
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchGather(plan, all, batch, pools, buf, stream));
   ATTNRT_CUBLAS_RETURN(cublasGemmBatchedEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, plan.t_pad, g, d,
                                            &alpha, in(kQkA), CUDA_R_16F, d, in(kQkB), CUDA_R_16F,
                                            d, &zero, ptr + kQkC * n, CUDA_R_32F, plan.t_pad, n,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, batch, pools, buf, 0,
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, all, batch, pools, buf, 0,
                                                     plan.capacity * shape.num_q_heads, stream));
   ATTNRT_CUBLAS_RETURN(cublasGemmBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, g, plan.t_pad,
                                            &one, in(kPvA), CUDA_R_16F, d, in(kPvB), CUDA_R_16F,
                                            plan.t_pad, &zero, ptr + kPvC * n, CUDA_R_32F, d, n,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  return gemm_detail::LaunchFinalize(plan, batch, pools, buf, stream);
+  return gemm_detail::LaunchMerge(plan, all, batch, pools, buf, /*final=*/true, stream);
 }
 
 Status RunGemmBigGemm(const GemmPathPlan& plan, const ModelShape& shape,
                       const DecodeBatchView& batch, const KvPoolView& pools,
                       DecodeWorkspace workspace, cublasHandle_t cublas, cudaStream_t stream) {
   ATTNRT_RETURN_IF_ERROR(gemm_detail::ValidateRun(plan, shape, batch, pools, workspace, cublas));
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::CheckOnePiece(plan));
   const GemmPathBuffers buf = Buffers(plan, workspace);
+  const GemmPathPiece all = gemm_detail::Piece(plan, 0, 0);
   ATTNRT_RETURN_IF_ERROR(gemm_detail::BindCublas(buf, cublas, stream));
   ATTNRT_CUDA_RETURN(cudaMemsetAsync(buf.overflow, 0, sizeof(int), stream));
   const int g = shape.group_size();
   const int d = shape.head_dim;
-  // Every (slot, kv head) tile stacked into one matrix: same FLOPs and bytes, one launch each.
+  // Every (batch row, kv head) tile stacked into one matrix: same FLOPs and bytes, one launch each.
   const int m_all = plan.batch_count() * plan.t_pad;
   const float alpha = batch.scale;
   const float zero = 0.0f;
   const float one = 1.0f;
-  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchGather(plan, batch, pools, buf, stream));
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchGather(plan, all, batch, pools, buf, stream));
   ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_all, g, d, &alpha, buf.k,
                                     CUDA_R_16F, d, batch.q, CUDA_R_16F, d, &zero, buf.scores,
                                     CUDA_R_32F, m_all, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, batch, pools, buf, 0,
+  ATTNRT_RETURN_IF_ERROR(gemm_detail::LaunchSoftmax(plan, all, batch, pools, buf, 0,
                                                     plan.capacity * shape.num_q_heads, stream));
   ATTNRT_CUBLAS_RETURN(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, g, m_all, &one, buf.v,
                                     CUDA_R_16F, d, buf.probs, CUDA_R_16F, m_all, &zero, buf.acc,
                                     CUDA_R_32F, d, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  return gemm_detail::LaunchFinalize(plan, batch, pools, buf, stream);
+  return gemm_detail::LaunchMerge(plan, all, batch, pools, buf, /*final=*/true, stream);
 }
 
 }  // namespace attnrt::kernels

@@ -1,16 +1,18 @@
 // Baselines of the GEMM path, for benchmarks and the studies only (never production): the same
 // plan, workspace, gather, softmax and finalize kernels and the same numerics (FP16 operands,
-// FP32 compute, FP16 weights), with the two GEMMs issued differently:
-//   iterative      a host loop over (slot, head): cublasGemmEx QK^T over the slot's exact
+// FP32 compute, FP16 weights), with the two GEMMs issued differently. Each runs a plan of one
+// piece (one slice, one chunk: a max_workspace_bytes that holds the whole batch at Tpad), and
+// answers FailedPrecondition for any other:
+//   iterative      a host loop over (batch row, head): cublasGemmEx QK^T over the row's exact
 //                  length, one softmax launch over the head's rows, cublasGemmEx PV. 3 launches
-//                  per (slot, head) plus gather and finalize; needs the lengths on the host.
+//                  per (batch row, head) plus gather and finalize; needs the lengths on the host.
 //                  "head" is a query head (the literal per-head loop: a GEMV each, K re-read by
 //                  the G heads of a group) or a kv head (G query heads per GEMM, as the path).
 //   pointer-array  cublasGemmBatchedEx over the same [capacity*Hkv] problems as the strided path,
 //                  addressed through device arrays of pointers built once (PrepareGemmPointerArrays).
 //   big GEMM       an upper bound, not attention: each GEMM issued as ONE cublasGemmEx over the
 //                  whole workspace with the same FLOPs and bytes (K_all[capacity*Hkv*Tpad x D]
-//                  times slot 0's q group; V_all^T times the weights viewed as one matrix). Its
+//                  times row 0's q group; V_all^T times the weights viewed as one matrix). Its
 //                  output is meaningless; only its time is.
 #pragma once
 

@@ -25,6 +25,9 @@ struct PagedBatchOptions {
   int extra_blocks = 3;    // unused (poisoned) blocks in the pool beside the ones in use
   float q_scale = 1.0f;    // q ~ q_scale * N(0,1); 20 makes the softmax peaky
   bool random_layers = true;  // each row attends a random layer (else layer 0)
+  // > 1: the pools are drawn by this many threads (FillNormalParallel; other numbers for a seed
+  // than with 1). Long-context tests draw gigabytes of K/V.
+  int fill_threads = 1;
 };
 
 // Owns host memory; pools() and view() are views into it (valid while the batch lives and is
@@ -125,8 +128,13 @@ inline PagedBatch MakePagedBatch(const ModelShape& shape, std::span<const int> l
                                  bs * d;
   b.k_pool.resize(pool_elems);
   b.v_pool.resize(pool_elems);
-  FillNormal(b.k_pool, rng);
-  FillNormal(b.v_pool, rng);
+  if (options.fill_threads > 1) {
+    FillNormalParallel(b.k_pool, rng.NextU64(), options.fill_threads);
+    FillNormalParallel(b.v_pool, rng.NextU64(), options.fill_threads);
+  } else {
+    FillNormal(b.k_pool, rng);
+    FillNormal(b.v_pool, rng);
+  }
   const kernels::KvPoolView pv = b.pools();
   for (int l = 0; l < shape.num_layers; ++l) {  // unused blocks
     for (int j = blocks_used; j < b.num_blocks; ++j) {
