@@ -5,8 +5,11 @@
 // TB/s (K/V bytes once per kv head + q + out) and the ratio to a device read ceiling measured in
 // this process (a read-only 16-byte-load reduction over a 4 GiB buffer, best of 10). Shapes
 // "*_append" plan DecodeStep::kAppendAndDecode (fused in split_kv, the append kernel first in the
-// other paths). Use --benchmark_repetitions and the median aggregate (the registrations below
-// ask for 5 repetitions).
+// other paths); "skew_*" batches give row 0 its own (long) context. Each shape also runs as
+// BM_Decode/<shape>/default: the production default dispatch (DefaultDecodeVariant), whatever
+// entry that is, beside every entry by name. The shape names are bench/sdpa_compare.py's. Use
+// --benchmark_repetitions and the median aggregate (the registrations below ask for 5
+// repetitions).
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -17,6 +20,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/gpu_bench_util.h"
@@ -55,9 +59,17 @@ struct BenchShape {
   int batch, q_heads, kv_heads, context, head_dim, block_size;
   bool with_append;
   int max_context;
+  int first_context = 0;  // > 0: row 0 attends this many tokens (a skewed batch); others `context`
 };
 
-// The issue's table (H100, FP16, D=128 unless said).
+// Tokens row `row` of the batch attends.
+int RowContext(const BenchShape& s, int row) {
+  return row == 0 && s.first_context > 0 ? s.first_context : s.context;
+}
+int LongestContext(const BenchShape& s) { return std::max(s.context, s.first_context); }
+
+// The issue's table (H100, FP16, D=128 unless said), then the shapes it adds: D 64 and 256, GQA
+// 32/4, GQA at blocks 32 and 64, B=8 T=16384, B=128 T=1024, one 32K sequence among 31 of 512.
 const BenchShape kShapes[] = {
     {"mha_b32_h32_t4096_bs16", 32, 32, 32, 4096, 128, 16, false, 4096},
     {"mha_b32_h32_t4096_bs32", 32, 32, 32, 4096, 128, 32, false, 4096},
@@ -68,6 +80,14 @@ const BenchShape kShapes[] = {
     {"gqa64_8_b32_t4096", 32, 64, 8, 4096, 128, 16, false, 4096},
     {"b32_h8_t128_d64", 32, 8, 8, 128, 64, 16, false, 4096},
     {"b32_h8_t128_d64_append", 32, 8, 8, 128, 64, 16, true, 4096},
+    {"mha_b32_h32_t4096_d64", 32, 32, 32, 4096, 64, 16, false, 4096},
+    {"gqa16_8_b32_t4096_d256", 32, 16, 8, 4096, 256, 16, false, 4096},
+    {"gqa32_4_b32_t4096", 32, 32, 4, 4096, 128, 16, false, 4096},
+    {"gqa32_8_b32_t4096_bs32", 32, 32, 8, 4096, 128, 32, false, 4096},
+    {"gqa32_8_b32_t4096_bs64", 32, 32, 8, 4096, 128, 64, false, 4096},
+    {"b8_h32_t16384", 8, 32, 32, 16384, 128, 16, false, 16384},
+    {"b128_h32_t1024", 128, 32, 32, 1024, 128, 16, false, 1024},
+    {"skew_b32_h32_1x32768_31x512", 32, 32, 32, 512, 128, 16, false, 32768, 32768},
 };
 
 ModelShape ToModelShape(const BenchShape& s) {
@@ -83,7 +103,9 @@ ModelShape ToModelShape(const BenchShape& s) {
 
 // Bytes one decode step must move: K and V once per kv head, q read, out written.
 double StepBytes(const BenchShape& s) {
-  const double kv = 2.0 * s.batch * s.kv_heads * static_cast<double>(s.context) * s.head_dim * 2;
+  double tokens = 0.0;
+  for (int row = 0; row < s.batch; ++row) tokens += RowContext(s, row);
+  const double kv = 2.0 * s.kv_heads * tokens * s.head_dim * 2;
   const double qo = 2.0 * s.batch * s.q_heads * s.head_dim * 2;
   return kv + qo;
 }
@@ -109,12 +131,18 @@ Fixture& FixtureFor(const BenchShape& s) {
   const ModelShape m = ToModelShape(s);
   const std::size_t set_bytes = static_cast<std::size_t>(StepBytes(s));
   const int n_sets = static_cast<int>(std::max<std::size_t>(2, (kRotationBytes + set_bytes - 1) / set_bytes));
-  const int blocks_per_seq = (s.context + s.block_size - 1) / s.block_size;
+  std::vector<int> blocks_of_row(s.batch);
+  for (int row = 0; row < s.batch; ++row) {
+    blocks_of_row[row] = (RowContext(s, row) + s.block_size - 1) / s.block_size;
+  }
+  const int blocks_total = std::accumulate(blocks_of_row.begin(), blocks_of_row.end(), 0);
+  std::vector<std::int32_t> lengths(s.batch);
+  for (int row = 0; row < s.batch; ++row) lengths[row] = RowContext(s, row);
   testing::NormalRng rng(42);
   for (int k = 0; k < n_sets; ++k) {
     auto in = std::make_unique<InputSet>();
     in->max_blocks = m.max_blocks_per_sequence();
-    in->num_blocks = s.batch * blocks_per_seq;
+    in->num_blocks = blocks_total;
     const std::size_t pool = static_cast<std::size_t>(in->num_blocks) * m.kv_token_elems() * s.block_size;
     bench::CheckOk(in->k_pool.Allocate(pool), "in->k_pool.Allocate");
     bench::CheckOk(in->v_pool.Allocate(pool), "in->v_pool.Allocate");
@@ -136,13 +164,14 @@ Fixture& FixtureFor(const BenchShape& s) {
     std::iota(ids.begin(), ids.end(), 0);
     for (int i = in->num_blocks - 1; i > 0; --i) std::swap(ids[i], ids[rng.NextInt(0, i)]);
     std::vector<std::int32_t> tables(static_cast<std::size_t>(s.batch) * in->max_blocks, -1);
+    int next = 0;
     for (int b = 0; b < s.batch; ++b) {
-      for (int j = 0; j < blocks_per_seq; ++j) {
-        tables[static_cast<std::size_t>(b) * in->max_blocks + j] = ids[b * blocks_per_seq + j];
+      for (int j = 0; j < blocks_of_row[b]; ++j) {
+        tables[static_cast<std::size_t>(b) * in->max_blocks + j] = ids[next++];
       }
     }
     bench::CheckOk(in->tables.Upload(tables), "in->tables.Upload");
-    bench::CheckOk(in->lengths.Upload(std::vector<std::int32_t>(s.batch, s.context)), "in->lengths.Upload");
+    bench::CheckOk(in->lengths.Upload(lengths), "in->lengths.Upload");
     bench::CheckOk(in->layers.Upload(std::vector<std::int32_t>(s.batch, 0)), "in->layers.Upload");
     f.sets.push_back(std::move(in));
   }
@@ -165,7 +194,7 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   const DecodePlan plan =
       bench::PlanOrExit(*v, m, s->batch,
                         s->with_append ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode,
-                        s->context);
+                        LongestContext(*s));
   DeviceArray<char> ws_storage;
   bench::CheckOk(ws_storage.Allocate(plan.workspace_bytes), "ws_storage.Allocate");
   const DecodeWorkspace ws{ws_storage.get(), plan.workspace_bytes};
@@ -243,7 +272,10 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   state.counters["d2d_copy_TBps"] = ceil.copy_tbps;
   state.counters["bytes"] = bytes;
   state.counters["rotation_sets"] = n_sets;
-  state.SetLabel(std::string(v->name) + (s->with_append ? " append+decode" : " decode"));
+  state.SetLabel(std::string(v->name) + (s->with_append ? " append+decode" : " decode") +
+                 (s->first_context > 0 ? " (ragged: row 0 at " + std::to_string(s->first_context) +
+                                             ", the rest at " + std::to_string(s->context) + ")"
+                                       : std::string()));
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   cudaGraphExecDestroy(exec);
@@ -262,15 +294,17 @@ void BM_ReadCeiling(benchmark::State& state) {
 int RegisterAll() {
   benchmark::RegisterBenchmark("BM_ReadCeiling", BM_ReadCeiling)->UseManualTime()->Iterations(1);
   for (const BenchShape& s : kShapes) {
-    for (const DecodeVariant& v : DecodeVariants()) {
-      benchmark::RegisterBenchmark(("BM_Decode/" + std::string(s.name) + "/" + std::string(v.name)).c_str(),
-                                   BM_Decode, &s, &v)
+    auto add = [&](std::string_view row, const DecodeVariant* v) {
+      benchmark::RegisterBenchmark(("BM_Decode/" + std::string(s.name) + "/" + std::string(row)).c_str(),
+                                   BM_Decode, &s, v)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->MinTime(0.02)
           ->Repetitions(5)
           ->ReportAggregatesOnly(true);
-    }
+    };
+    for (const DecodeVariant& v : DecodeVariants()) add(v.name, &v);
+    add("default", &DefaultDecodeVariant());  // its label names the entry it resolved to
   }
   return 0;
 }
