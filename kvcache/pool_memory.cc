@@ -12,6 +12,7 @@
 #include <string>
 
 #include "api/internal/cuda_check.h"
+#include "api/internal/log.h"
 #include "kvcache/kvcache.h"
 
 namespace attnrt::kvcache {
@@ -173,8 +174,14 @@ class DeviceBuffer {
   void* get() const { return p_; }
 
  private:
+  // A destructor cannot report: a failed cudaFree (only on a dead context) leaves a warning.
   void Reset() {
-    if (p_ != nullptr) cudaFree(p_);  // a destructor cannot report; cudaFree only fails on a dead context
+    if (p_ != nullptr) {
+      const cudaError_t err = cudaFree(p_);
+      if (err != cudaSuccess) {
+        Logger().warn("kv cache: cudaFree of a device pool failed: {}", cudaGetErrorString(err));
+      }
+    }
     p_ = nullptr;
   }
   void* p_ = nullptr;

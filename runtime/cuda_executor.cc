@@ -163,15 +163,25 @@ struct Piece {
 // so the kDevice pointer check accepts them without a driver call per pointer.
 class MappedStagingMemory final : public StagingMemory {
  public:
+  // Called when a scheduler sets up its staged working set, never per request. A failure
+  // leaves a warning: the caller then stages in ordinary memory (those requests take the copy
+  // path), which is slower but correct.
   void* Allocate(std::size_t bytes) override {
     void* p = nullptr;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess) {
       (void)cudaGetLastError();
+      Logger().warn("cuda executor: no mapped staging memory of {} bytes (cudaHostAlloc: {}); "
+                    "requests staged elsewhere take the copy path", bytes, cudaGetErrorString(err));
       return nullptr;
     }
     void* device = nullptr;
-    if (cudaHostGetDevicePointer(&device, p, 0) != cudaSuccess || device != p) {
+    err = cudaHostGetDevicePointer(&device, p, 0);
+    if (err != cudaSuccess || device != p) {
       (void)cudaGetLastError();
+      Logger().warn("cuda executor: mapped staging memory at {} is not device-addressable at the "
+                    "same address (cudaHostGetDevicePointer: {}); requests staged elsewhere "
+                    "take the copy path", p, cudaGetErrorString(err));
       cudaFreeHost(p);
       return nullptr;
     }
@@ -209,7 +219,7 @@ struct CudaExecutor::Impl {
   std::vector<CapturedGraph> graphs;  // [path][bucket][buffer]
   std::unique_ptr<BatchPlanner> planner;
   CudaExecutorMemory memory;
-  std::atomic<int> inject_failures{0};
+  std::shared_ptr<FaultInjection> faults;  // never null after Init
   unsigned disabled_stages = 0;  // SetDisabledStagesForBenchmark; submitting thread
 
   Mutex mu;
@@ -234,7 +244,13 @@ struct CudaExecutor::Impl {
       cv.NotifyAll();
       completion_thread.join();
     }
-    if (stream.get() != nullptr) (void)cudaStreamSynchronize(stream.get());
+    if (stream.get() != nullptr) {
+      const cudaError_t err = cudaStreamSynchronize(stream.get());
+      if (err != cudaSuccess) {
+        Logger().warn("cuda executor: cudaStreamSynchronize at teardown: {}",
+                      cudaGetErrorString(err));
+      }
+    }
   }
 
   int num_buckets() const { return static_cast<int>(options.buckets.size()); }
@@ -363,6 +379,7 @@ Status CudaExecutor::Impl::Init() {
   for (int b : options.buckets) layouts.push_back(BufferLayout::For(shape, b, max_blocks));
   const BufferLayout& largest = layouts.back();
 
+  faults = options.faults != nullptr ? options.faults : FaultInjectionForNewExecutor();
   ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
   // Plans are made once, here, for this device: its SM count sizes the split-KV grids.
   ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeDevice device, kernels::CurrentDecodeDevice());
@@ -418,6 +435,8 @@ Status CudaExecutor::Impl::Init() {
   if (num_blocks == 0) {
     ATTNRT_ASSIGN_OR_RETURN(num_blocks,
                             kvcache::BlocksForFreeDeviceMemory(shape, options.kv_memory_fraction));
+    Logger().debug("cuda executor: KV cache sized to {} blocks ({} of the free device memory)",
+                   num_blocks, options.kv_memory_fraction);
   }
   ATTNRT_ASSIGN_OR_RETURN(cache,
                           kvcache::KvCache::Create(shape, num_blocks, kvcache::PoolKind::kDevice));
@@ -716,10 +735,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
 void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
   PipelineBuffer& buf = buffers[piece.buffer];
   cudaStream_t st = stream.get();
-  int inject = inject_failures.load();
-  while (inject > 0 && !inject_failures.compare_exchange_weak(inject, inject - 1)) {
-  }
-  if (inject > 0) {
+  if (faults->launch.Hit()) {
     piece.launch_status = LaunchInvalidForTesting(st);
   } else {
     Status status;
@@ -759,7 +775,9 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
   if (!plan.copies.empty()) {
     // Rare path (first write into a forked block): the copy must follow every queued piece
     // and precede this batch's append.
-    Status s = DrainStream();
+    Status s = faults->copy.Hit()
+                   ? InternalError("injected copy-on-write copy failure (FaultInjection::copy)")
+                   : DrainStream();
     if (s.ok()) s = cache->ApplyCopies(plan.copies);
     if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
     if (!s.ok()) {
@@ -1032,8 +1050,10 @@ void CudaExecutor::SetDisabledStagesForBenchmark(unsigned mask) {
   impl_->disabled_stages = mask;
 }
 
+FaultInjection& CudaExecutor::faults() { return *impl_->faults; }
+
 void CudaExecutor::InjectLaunchFailuresForTesting(int count) {
-  impl_->inject_failures.store(count);
+  impl_->faults->launch.Arm(count);
 }
 
 std::vector<PieceTimings> CudaExecutor::TakeTimings() {

@@ -2,17 +2,36 @@
 #include "runtime/cuda_resources.h"
 
 #include "api/internal/cuda_check.h"
+#include "api/internal/log.h"
 
 namespace attnrt::runtime {
 namespace detail {
-// Errors on release are ignored on purpose: see the header.
-void FreeDevice(void* p) { (void)cudaFree(p); }
-void FreePinned(void* p) { (void)cudaFreeHost(p); }
-void DestroyStream(cudaStream_t s) { (void)cudaStreamDestroy(s); }
-void DestroyEvent(cudaEvent_t e) { (void)cudaEventDestroy(e); }
-void DestroyGraph(cudaGraph_t g) { (void)cudaGraphDestroy(g); }
-void DestroyGraphExec(cudaGraphExec_t g) { (void)cudaGraphExecDestroy(g); }
-void DestroyCublas(cublasHandle_t h) { (void)cublasDestroy(h); }
+namespace {
+// A release has nobody to return an error to (see the header): it leaves a warning instead.
+void WarnOnReleaseError(const char* call, cudaError_t err) {
+  if (err != cudaSuccess) {
+    Logger().warn("{} failed while releasing a resource: {}", call, cudaGetErrorString(err));
+  }
+}
+}  // namespace
+
+void FreeDevice(void* p) { WarnOnReleaseError("cudaFree", cudaFree(p)); }
+void FreePinned(void* p) { WarnOnReleaseError("cudaFreeHost", cudaFreeHost(p)); }
+void DestroyStream(cudaStream_t s) {
+  WarnOnReleaseError("cudaStreamDestroy", cudaStreamDestroy(s));
+}
+void DestroyEvent(cudaEvent_t e) { WarnOnReleaseError("cudaEventDestroy", cudaEventDestroy(e)); }
+void DestroyGraph(cudaGraph_t g) { WarnOnReleaseError("cudaGraphDestroy", cudaGraphDestroy(g)); }
+void DestroyGraphExec(cudaGraphExec_t g) {
+  WarnOnReleaseError("cudaGraphExecDestroy", cudaGraphExecDestroy(g));
+}
+void DestroyCublas(cublasHandle_t h) {
+  const cublasStatus_t status = cublasDestroy(h);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    Logger().warn("cublasDestroy failed while releasing a handle: status {}",
+                  static_cast<int>(status));
+  }
+}
 }  // namespace detail
 
 StatusOr<DeviceBuffer> DeviceBuffer::Create(std::size_t bytes) {

@@ -1,7 +1,8 @@
 // Move-only RAII owners of CUDA resources: device and pinned buffers, streams, events, graphs,
 // instantiated graphs and cuBLAS handles. Each is made by a factory returning StatusOr (errors
-// through api/internal/cuda_check.h); destructors release without throwing and ignore errors (a
-// destructor has nobody to report to, and a sticky device error must not abort teardown).
+// through api/internal/cuda_check.h); destructors release without throwing, and an error there
+// only leaves a warning in the library log (a destructor has nobody to report to, and a sticky
+// device error must not abort teardown).
 // Internal header of runtime/ (includes CUDA headers; never included from api/ or executor.h).
 #pragma once
 
