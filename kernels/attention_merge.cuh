@@ -16,8 +16,9 @@ namespace attnrt::kernels {
 
 // The state of an attention row (at the element(s) `Acc` holds) over a subset of its keys:
 //   m = max_t s_t,  l = sum_t e^(s_t - m),  acc = sum_t e^(s_t - m) v_t,
-// where e is 2 for scores in log2 units (q pre-scaled by softmax scale * log2(e): every fused
-// kernel) and Euler's e for natural-log scores (the GEMM path's softmax). out = acc / l.
+// where e is 2 for scores in log2 units (every path today: the fused kernels pre-scale q by
+// softmax scale * log2(e); the GEMM path's softmax keeps its chunk max in log2 units, so its
+// chunks merge here) and Euler's e for natural-log scores (kNatural). out = acc / l.
 template <typename Acc>
 struct AttentionState {
   float m;
