@@ -93,7 +93,7 @@ TEST_F(CudaExecutorGpuTest, EveryPathMatchesDenseReference) {
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);
   EXPECT_EQ(ex->memory().num_graphs,
-            static_cast<int>(ex->memory().graphs.size()) * ex->max_in_flight());  // one per slot
+            static_cast<int>(ex->memory().graphs.size()) * ex->max_in_flight());  // one per buffer
   RandomWorkload w(*ex, 101);
   w.AddSequences(30, 300);
   for (const std::string& path : ex->paths()) {
@@ -140,7 +140,7 @@ TEST_F(CudaExecutorGpuTest, GraphReplayIsBitIdenticalToEager) {
   }
 }
 
-// Graphs are captured at start-up, when no sequence exists (every slot length 0); batches then
+// Graphs are captured at start-up, when no sequence exists (every row length 0); batches then
 // run at lengths up to max_context with no re-capture.
 TEST_F(CudaExecutorGpuTest, CapturedShortReplaysLong) {
   auto ex = Make(Options());
@@ -350,6 +350,122 @@ TEST_F(CudaExecutorGpuTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {
   }
 }
 
+// The fault points of runtime/fault_injection.h, as the CPU executor's tests use them
+// (tests/runtime/fault_injection_test.cc): a failed block allocation fails its request alone; a
+// failed copy-on-write copy fails the batch and loses the copied block; a piece failing after
+// it ran keeps the lost-token contract; every time the executor keeps serving.
+TEST_F(CudaExecutorGpuTest, FaultPointBlockAllocationFailsOnlyThatRequest) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  constexpr int kBlock = 16;
+  RandomWorkload w(*ex, 808);
+  for (SequenceId id : {1, 2, 3}) {
+    ASSERT_TRUE(ex->CreateSequence(id).ok());
+    w.shadow().Create(id);
+  }
+  w.Prefill(1, 0, kBlock);      // full block: the next token needs a new one
+  w.Prefill(2, 0, 5);           // room left
+  w.Prefill(3, 0, 2 * kBlock);  // full
+  const std::int64_t in_use = ex->stats().kv_blocks_in_use;
+  ASSERT_EQ(in_use, 4);
+  std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), 1, 0, w.rng()),
+                                    MakeRequest(ex->shape(), 2, 0, w.rng()),
+                                    MakeRequest(ex->shape(), 3, 0, w.rng())};
+  w.shadow().Expect(reqs[1]);
+  w.shadow().Expect(reqs[2]);
+  ex->faults().block_allocation.Arm(1);
+  testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs));
+  ASSERT_TRUE(r.submit.ok());
+  ASSERT_EQ(r.statuses.size(), 3u);
+  EXPECT_EQ(r.statuses[0].code(), StatusCode::kResourceExhausted) << r.statuses[0].ToString();
+  ASSERT_TRUE(r.statuses[1].ok()) << r.statuses[1].ToString();
+  ASSERT_TRUE(r.statuses[2].ok()) << r.statuses[2].ToString();
+  EXPECT_TRUE(MatchesExpected(reqs[1]));
+  EXPECT_TRUE(MatchesExpected(reqs[2]));
+  EXPECT_EQ(ex->faults().block_allocation.injected(), 1);
+  EXPECT_EQ(*ex->SequenceLength(1, 0), kBlock);           // untouched
+  EXPECT_EQ(ex->stats().kv_blocks_in_use, in_use + 1);    // only sequence 3 grew
+  EXPECT_EQ(ex->stats().failed_batches, 0);
+
+  std::vector<OwnedRequest> retry = {MakeRequest(ex->shape(), 1, 0, w.rng())};
+  w.shadow().Expect(retry[0]);
+  ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(retry)), retry, "retry");
+  EXPECT_EQ(ex->stats().kv_blocks_in_use, in_use + 2);
+}
+
+TEST_F(CudaExecutorGpuTest, FaultPointCopyFailsTheBatchAndLosesTheCopiedBlock) {
+  for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+    auto ex = Make(Options(mode));
+    ASSERT_NE(ex, nullptr);
+    RandomWorkload w(*ex, 809);
+    ASSERT_TRUE(ex->CreateSequence(1).ok());
+    w.shadow().Create(1);
+    for (int l = 0; l < 3; ++l) w.Prefill(1, l, 10);  // one shared, partly filled block
+    ASSERT_TRUE(ex->ForkSequence(1, 2).ok());
+    w.shadow().Fork(1, 2);
+    ASSERT_TRUE(ex->CreateSequence(3).ok());
+    w.shadow().Create(3);
+    w.Prefill(3, 0, 7);
+    // The child's first write copies the shared block: the copy fails, so the whole batch
+    // (the bystander included) fails with the injected error.
+    std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), 2, 0, w.rng()),
+                                      MakeRequest(ex->shape(), 3, 0, w.rng())};
+    ex->faults().copy.Arm(1);
+    testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs));
+    ASSERT_TRUE(r.submit.ok());
+    ASSERT_EQ(r.statuses.size(), 2u);
+    for (const Status& s : r.statuses) {
+      EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+      EXPECT_NE(s.message().find("FaultInjection::copy"), std::string::npos) << s.ToString();
+    }
+    EXPECT_EQ(ex->faults().copy.injected(), 1);
+    // The child's copied block is lost on every layer: its later requests fail saying so.
+    for (int l = 0; l < 3; ++l) {
+      std::vector<OwnedRequest> after = {MakeRequest(ex->shape(), 2, l, w.rng())};
+      testing::SyncResult a = SubmitAndWait(*ex, RandomWorkload::ToBatch(after));
+      ASSERT_TRUE(a.submit.ok());
+      EXPECT_EQ(a.statuses[0].code(), StatusCode::kFailedPrecondition)
+          << "layer " << l << ": " << a.statuses[0].ToString();
+    }
+    // The parent is untouched and runs; the bystander's failed token is its own loss, so a
+    // fresh sequence stands in for it; the executor keeps serving.
+    std::vector<OwnedRequest> parent;
+    for (int l = 0; l < 3; ++l) {
+      parent.push_back(MakeRequest(ex->shape(), 1, l, w.rng()));
+      w.shadow().Expect(parent.back());
+    }
+    ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(parent)), parent, "parent");
+    ASSERT_TRUE(ex->FreeSequence(2).ok());
+    ASSERT_TRUE(ex->ForkSequence(1, 2).ok());
+    w.shadow().Free(2);
+    w.shadow().Fork(1, 2);
+    std::vector<OwnedRequest> child = {MakeRequest(ex->shape(), 2, 1, w.rng())};
+    w.shadow().Expect(child[0]);
+    ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(child)), child, "fresh child");
+  }
+}
+
+TEST_F(CudaExecutorGpuTest, FaultPointBatchKeepsTheLostTokenContract) {
+  for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+    auto ex = Make(Options(mode));
+    ASSERT_NE(ex, nullptr);
+    testing::ExpectLostTokenContract(*ex, [&] { ex->faults().batch.Arm(1); });
+    EXPECT_EQ(ex->faults().batch.injected(), 1);
+  }
+}
+
+TEST_F(CudaExecutorGpuTest, ScopedFaultInjectionReachesANewExecutor) {
+  ScopedFaultInjectionForTesting scoped;
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  EXPECT_EQ(&ex->faults(), &scoped.faults());
+  CudaExecutorOptions own = Options();
+  own.faults = std::make_shared<FaultInjection>();
+  auto given = Make(own);
+  ASSERT_NE(given, nullptr);
+  EXPECT_EQ(&given->faults(), own.faults.get());
+}
+
 // 300 requests: one piece of 256 and one of 44 (bucket 64), one callback with 300 statuses.
 TEST_F(CudaExecutorGpuTest, BatchLargerThanTheLargestBucketIsSplit) {
   auto ex = Make(Options());
@@ -364,7 +480,7 @@ TEST_F(CudaExecutorGpuTest, BatchLargerThanTheLargestBucketIsSplit) {
   }
 }
 
-// Batches submitted back to back (more than the slots) without waiting, including forks with
+// Batches submitted back to back (more than the pipeline buffers) without waiting, including forks with
 // copy-on-write in between: per-sequence order holds and every result matches.
 TEST_F(CudaExecutorGpuTest, PipelinedBatchesAndForksMatch) {
   auto ex = Make(Options());

@@ -441,7 +441,7 @@ TEST_F(SchedulerTest, RequestsPastTheirDeadlineCompleteWithDeadlineExceeded) {
   EXPECT_EQ(m.latency_ns.count, 2u);
 }
 
-TEST_F(SchedulerTest, DeadlinesFireWhileEveryInFlightSlotIsBusy) {
+TEST_F(SchedulerTest, DeadlinesFireWhileMaxInFlightBatchesRun) {
   SchedulerOptions o = WindowOptions(1, microseconds(0));
   o.default_timeout = microseconds(500);
   Make(o, Buckets({1}, /*max_in_flight=*/1));
@@ -488,7 +488,7 @@ TEST_F(SchedulerTest, CancelAfterDispatchReturnsFalseAndTheRequestCompletes) {
   EXPECT_TRUE(Get(a->result).status.ok());
 }
 
-TEST_F(SchedulerTest, CancelledHandleOfARecycledSlotDoesNotTouchTheNewRequest) {
+TEST_F(SchedulerTest, CancelledHandleOfARecycledRecordDoesNotTouchTheNewRequest) {
   Make(WindowOptions(1, microseconds(0)), Buckets({1}, 1));
   auto a = scheduler_->Submit(Request(1, 1));
   ASSERT_TRUE(a.ok());
