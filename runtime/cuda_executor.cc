@@ -323,8 +323,10 @@ Status CudaExecutor::Impl::AddPaths(const std::string& name, const kernels::Deco
     DecodePath p;
     p.variant = variant;
     for (int capacity : options.buckets) {
-      StatusOr<kernels::DecodePlan> plan = variant->plan(
-          {shape, capacity, kv_length, kernels::DecodeStep::kAppendAndDecode, device});
+      kernels::DecodePlanRequest request{shape, capacity, kv_length,
+                                         kernels::DecodeStep::kAppendAndDecode, device};
+      request.max_workspace_bytes = options.gemm_max_workspace_bytes;  // the GEMM path's budget
+      StatusOr<kernels::DecodePlan> plan = variant->plan(request);
       if (!plan.ok()) {
         return Status(plan.status().code(), "path " + name + " at bucket " +
                                                 std::to_string(capacity) + ": " +
@@ -440,6 +442,9 @@ Status CudaExecutor::Impl::Init() {
   }
   ATTNRT_ASSIGN_OR_RETURN(cache,
                           kvcache::KvCache::Create(shape, num_blocks, kvcache::PoolKind::kDevice));
+  // Allocate runs under the planner's table lock; the point itself is thread-safe.
+  cache->allocator().SetFailureHookForTesting(
+      [faults = faults] { return faults->block_allocation.Hit(); });
   memory.kv_cache_bytes = cache->kv_bytes();
   pools.k = cache->k_data();
   pools.v = cache->v_data();
@@ -876,6 +881,9 @@ void CudaExecutor::Impl::CompletionLoop() {
           if (cudaEventElapsedTime(&ms, buf.start.get(), buf.done.get()) == cudaSuccess) {
             piece.timings.gpu_us = ms * 1000.0;
           }
+        }
+        if (status.ok() && faults->batch.Hit()) {
+          status = InternalError("injected batch failure (FaultInjection::batch)");
         }
       }
       const BufferLayout& l = layouts[piece.bucket_index];

@@ -15,6 +15,7 @@
 
 #include <attnrt/config.h>
 #include "runtime/executor.h"
+#include "runtime/fault_injection.h"
 
 namespace attnrt::runtime {
 
@@ -45,12 +46,17 @@ struct CudaExecutorOptions {
   // path is captured once per context bucket (its Tpad, kernels/gemm_path.h) and each piece
   // runs the smallest Tpad that holds its longest sequence.
   std::vector<std::string> paths;
-  // GEMM path only: (batch bucket, Tpad) pairs whose workspace exceeds this are not captured;
-  // a piece that would need one fails with ResourceExhausted naming the sizes.
+  // GEMM path only: the most workspace one (batch bucket, Tpad) plan may use. A plan whose whole
+  // batch would need more runs in context chunks and, below one 64-token chunk of the whole
+  // batch, in batch slices (kernels/gemm_path.h), so every length within max_context runs;
+  // creation fails with ResourceExhausted when even one row of 64 tokens does not fit.
   std::size_t gemm_max_workspace_bytes = std::size_t{1} << 30;
   // Ask the driver that each kDevice request's pointers are device memory (a wrong pointer
   // would otherwise fault the context).
   bool check_device_pointers = true;
+  // Test-only fault points; null: a fresh set (or the one a ScopedFaultInjectionForTesting
+  // installed), reachable through faults().
+  std::shared_ptr<FaultInjection> faults;
   // Per-piece timings (host plan/pack/launch, GPU launch-to-completion) for benchmarks.
   bool record_timings = false;
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
@@ -130,8 +136,12 @@ class CudaExecutor : public Executor {
   Status SelectPath(std::string_view name);
   // Reads token `position` of (id, layer) into host k/v ([Hkv][D]); drains running batches.
   Status ReadToken(SequenceId id, int layer, int position, Half* k, Half* v);
-  // The next `count` pieces fail at launch with a real CUDA error (an invalid launch in place
-  // of the graph), as a failed launch would.
+  // Test-only fault points (runtime/fault_injection.h), as in the CPU executor: block
+  // allocation (ResourceExhausted inside planning), copy-on-write copies (before any is
+  // applied), launch (a real CUDA error: an invalid launch in place of the graph) and the whole
+  // piece after it ran (as a device error reported at completion would).
+  FaultInjection& faults();
+  // The next `count` pieces fail at launch. Same as faults().launch.Arm(count).
   void InjectLaunchFailuresForTesting(int count);
   // Benchmarks only: leave stages out of every later piece (outputs are then garbage and the
   // cache's new tokens unwritten), so that stage costs show as differences. kStageH2DInputs

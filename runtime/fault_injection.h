@@ -51,7 +51,7 @@ class FaultPoint {
   std::atomic<std::int64_t> injected_{0};
 };
 
-// The fault points of one executor (the CPU executor consults all four).
+// The fault points of one executor (both executors consult all four).
 struct FaultInjection {
   // kvcache::BlockAllocator::Allocate answers ResourceExhausted, as a full pool would: for a
   // decode (growth or copy-on-write) inside planning, so the request fails alone and leaves its
@@ -75,7 +75,7 @@ struct FaultInjection {
   }
 };
 
-// While one lives, every CpuExecutor created without CpuExecutorOptions::faults shares its
+// While one lives, every executor created without its options naming `faults` shares its
 // FaultInjection: how a test reaches the executor behind a Runtime, whose options carry no test
 // field. One at a time per process; test code only.
 class ScopedFaultInjectionForTesting {

@@ -522,27 +522,6 @@ TEST_F(CudaExecutorGpuTest, PipelinedBatchesAndForksMatch) {
   }
 }
 
-// The GEMM path's (bucket, Tpad) pairs over the workspace budget are not captured; a piece that
-// needs one fails alone with ResourceExhausted, the rest run.
-TEST_F(CudaExecutorGpuTest, GemmPathOverWorkspaceBudgetFailsThatPieceOnly) {
-  CudaExecutorOptions o = Options();
-  o.paths = {"gemm"};
-  o.gemm_max_workspace_bytes = std::size_t{48} << 20;
-  auto ex = Make(o);
-  ASSERT_NE(ex, nullptr);
-  RandomWorkload w(*ex, 909);
-  w.AddSequences(40, 900);
-  std::vector<OwnedRequest> small = w.MakeBatch(2);
-  ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(small)), small, "small");
-  std::vector<OwnedRequest> big = w.MakeBatch(100);
-  testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(big));
-  ASSERT_TRUE(r.submit.ok());
-  for (const Status& s : r.statuses) {
-    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
-    EXPECT_NE(s.message().find("gemm_max_workspace_bytes"), std::string::npos);
-  }
-}
-
 TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);
