@@ -56,7 +56,8 @@ bool Completion::Wait(std::chrono::nanoseconds timeout) {
   const Clock::time_point start = Clock::now();
   const bool bounded = timeout.count() >= 0;
   const Clock::time_point deadline =
-      bounded ? start + std::chrono::duration_cast<Clock::duration>(timeout) : Clock::time_point::max();
+      bounded ? start + std::chrono::duration_cast<Clock::duration>(timeout)
+              : Clock::time_point::max();
   const Clock::time_point poll_until = std::min(deadline, start + kPollFor);
   while (Clock::now() < poll_until) {
     if (ready()) return true;

@@ -1,0 +1,289 @@
+// The scheduler's batching thread (scheduler_impl.h): intake to pending lists, deadlines,
+// cancellations, the window, dispatch to the executor, sleeping.
+#include "scheduler/scheduler_impl.h"
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "api/internal/log.h"
+
+namespace attnrt::scheduler {
+
+void Scheduler::Impl::SpinBeforeSleep(ClockNanos wake_at) {
+  if (spin_ns_ <= 0 || clock_ != SteadyClock::Default()) return;
+  const ClockNanos until = std::min(wake_at, clock_->Now() + spin_ns_);
+  while (intake_.size_approx() == 0 && !wake_hint_.load(std::memory_order_acquire) &&
+         clock_->Now() < until) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+void Scheduler::Impl::Run() {
+#if defined(__linux__)
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // 1 us: the window is tens of microseconds
+#endif
+  moodycamel::ConsumerToken consumer(intake_);
+  std::vector<RequestRecord*> buffer(kIntakeBulk);
+  std::uint64_t seen_cancel_epoch = 0;
+  while (true) {
+    const std::uint64_t sync_epoch = sync_requested_.load(std::memory_order_acquire);
+    const bool shutting_down = shutting_down_.load(std::memory_order_seq_cst);
+    const bool flush = flush_.load(std::memory_order_seq_cst);
+    const ClockNanos now = clock_->Now();
+    std::int64_t left_queue = 0;
+
+    // 1. Intake -> pending lists (or straight to a final outcome).
+    // Bounded per pass so a flood of submissions cannot starve dispatch.
+    std::size_t n;
+    for (int round = 0; round < kIntakeRoundsPerPass &&
+                        (n = intake_.try_dequeue_bulk(consumer, buffer.data(), buffer.size())) > 0;
+         ++round) {
+      for (std::size_t i = 0; i < n; ++i) {
+        RequestRecord* record = buffer[i];
+        const std::uint64_t state = record->state.load(std::memory_order_acquire);
+        if (state & internal::kCancelBit) {
+          Finish(record, Outcome::kCancelled);
+          ++left_queue;
+        } else if (record->deadline_ns <= now) {
+          Finish(record, Outcome::kTimedOut);
+          ++left_queue;
+        } else {
+          pending_.Push(record);
+        }
+      }
+    }
+    // 2. Cancellations of pending requests.
+    const std::uint64_t cancel_epoch = cancel_epoch_.load(std::memory_order_acquire);
+    if (cancel_epoch != seen_cancel_epoch) {
+      seen_cancel_epoch = cancel_epoch;
+      scratch_.clear();
+      pending_.TakeIf(
+          [](RequestRecord* s) {
+            return (s->state.load(std::memory_order_acquire) & internal::kCancelBit) != 0;
+          },
+          &scratch_);
+      for (RequestRecord* s : scratch_) Finish(s, Outcome::kCancelled);
+      left_queue += static_cast<std::int64_t>(scratch_.size());
+    }
+    // 3. Deadlines.
+    scratch_.clear();
+    pending_.TakeExpired(now, &scratch_);
+    for (RequestRecord* s : scratch_) Finish(s, Outcome::kTimedOut);
+    left_queue += static_cast<std::int64_t>(scratch_.size());
+    // 4. Shutdown fails everything still queued; otherwise dispatch by the window.
+    if (shutting_down) {
+      scratch_.clear();
+      pending_.TakeIf([](RequestRecord*) { return true; }, &scratch_);
+      for (RequestRecord* s : scratch_) Finish(s, Outcome::kShutDown);
+      left_queue += static_cast<std::int64_t>(scratch_.size());
+    } else {
+      left_queue += DispatchReady(now, flush);
+    }
+    PostFinished();
+    if (left_queue > 0) LeaveQueue(left_queue);
+
+    {
+      MutexLock lock(&sync_mu_);
+      sync_done_ = sync_epoch;
+    }
+    sync_cv_.NotifyAll();
+    if (stop_.load(std::memory_order_seq_cst)) break;
+    Sleep(now, shutting_down || flush);
+  }
+  {
+    MutexLock lock(&sync_mu_);
+    stopped_thread_ = true;
+  }
+  sync_cv_.NotifyAll();
+}
+
+std::int64_t Scheduler::Impl::DispatchReady(ClockNanos now, bool flush) {
+  std::int64_t left = 0;
+  const int min_preferred = window_.preferred_sizes().front();
+  while (!pending_.empty() && in_flight_.load(std::memory_order_acquire) < max_in_flight_) {
+    const ClockNanos oldest_wait = now - pending_.OldestSubmitNs();
+    const bool window_expired = flush || oldest_wait >= window_.max_queue_delay_ns();
+    if (!window_expired && static_cast<int>(pending_.size()) < min_preferred) break;
+    selected_.clear();
+    pending_.Select(window_.max_batch_size(), &selected_);
+    const int size =
+        window_.DispatchSize(static_cast<int>(selected_.size()), oldest_wait, flush);
+    if (size == 0) break;
+    selected_.resize(size);
+    left += size;
+    Launch(now, oldest_wait);
+  }
+  return left;
+}
+
+void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
+  auto batch_state = std::make_unique<InFlightBatch>();
+  runtime::Batch batch;
+  batch.requests.reserve(selected_.size());
+  batch_state->records.reserve(selected_.size());
+  for (RequestRecord* record : selected_) {
+    pending_.Remove(record);
+    // The last cancellation check: after this CAS the request belongs to the executor.
+    std::uint64_t state = record->state.load(std::memory_order_acquire);
+    bool cancelled = false;
+    while (true) {
+      if (state & internal::kCancelBit) {
+        cancelled = true;
+        break;
+      }
+      const std::uint64_t dispatched =
+          (state & ~internal::kPhaseMask) | internal::kPhaseDispatched;
+      if (record->state.compare_exchange_weak(state, dispatched, std::memory_order_acq_rel)) {
+        break;
+      }
+    }
+    if (cancelled) {
+      Finish(record, Outcome::kCancelled);
+      continue;
+    }
+    runtime::BatchRequest r;
+    r.sequence_id = record->sequence_id;
+    r.layer = record->layer;
+    r.q = record->q;
+    r.k = record->k;
+    r.v = record->v;
+    const bool lse_wanted = record->lse_dest != nullptr || record->want_lse;
+    if (record->device_visible) {
+      // The device reads q/k/v and writes out/lse in the record's staging; Deliver copies to a
+      // caller-given destination (ordinary memory the device may not reach).
+      r.memory = runtime::MemoryKind::kDevice;
+      r.out = record->out;
+      r.lse = lse_wanted ? record->lse : nullptr;
+    } else {
+      // Caller-given destinations are written by the executor directly (no extra copy).
+      r.memory = runtime::MemoryKind::kHost;
+      r.out = record->out_dest != nullptr ? record->out_dest : record->out;
+      r.lse = record->lse_dest != nullptr ? record->lse_dest
+                                          : (lse_wanted ? record->lse : nullptr);
+    }
+    batch.requests.push_back(r);
+    batch_state->records.push_back(record);
+    metrics_.queue_delay_ns.Record(static_cast<std::uint64_t>(now - record->submit_ns));
+  }
+  const int size = static_cast<int>(batch_state->records.size());
+  if (size == 0) return;
+  metrics_.batch_size.Record(size);
+  if (Logger().should_log(spdlog::level::debug)) {
+    Logger().debug("scheduler: formed batch size={} bucket={} oldest_wait_us={:.1f} pending={}",
+                  size, window_.BucketFor(size), oldest_wait * 1e-3, pending_.size());
+  }
+  batch_state->dispatch_ns = now;
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  metrics_.in_flight_requests.fetch_add(size, std::memory_order_relaxed);
+  InFlightBatch* raw = batch_state.get();
+  Status status = executor_->Submit(std::move(batch), [this, raw](std::vector<Status> per) {
+    OnBatchDone(raw, std::move(per));
+  });
+  if (status.ok()) {
+    batch_state.release();  // owned by the done callback now
+    metrics_.batches.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Logger().error("scheduler: executor rejected a batch of {}: {}", size, status.ToString());
+  completion_tasks_.fetch_add(1, std::memory_order_acq_rel);
+  metrics_.in_flight_requests.fetch_sub(size, std::memory_order_relaxed);
+  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  std::vector<Status> per(size, status);
+  boost::asio::post(completion_pool_,
+                    [this, state = std::shared_ptr<InFlightBatch>(std::move(batch_state)),
+                     per = std::move(per)]() mutable { DeliverBatch(state.get(), per); });
+}
+
+void Scheduler::Impl::Finish(RequestRecord* record, Outcome outcome) {
+  // Claim the request (Cancel() returns false from here on); a cancel that got in first wins,
+  // so a true Cancel() always means a Cancelled result.
+  const std::uint64_t before =
+      record->state.fetch_or(internal::kPhaseDone, std::memory_order_acq_rel);
+  if (before & internal::kCancelBit) outcome = Outcome::kCancelled;
+  switch (outcome) {
+    case Outcome::kCancelled:
+      metrics_.cancelled.fetch_add(1, std::memory_order_relaxed);
+      finished_.emplace_back(record, CancelledError("request cancelled before dispatch"));
+      break;
+    case Outcome::kTimedOut:
+      metrics_.timed_out.fetch_add(1, std::memory_order_relaxed);
+      finished_.emplace_back(
+          record, DeadlineExceededError(
+                    "request (sequence_id " + std::to_string(record->sequence_id) + ", layer " +
+                    std::to_string(record->layer) + ") passed its deadline of " +
+                    std::to_string((record->deadline_ns - record->submit_ns) / 1000) +
+                    "us before dispatch"));
+      break;
+    case Outcome::kShutDown:
+      metrics_.shut_down.fetch_add(1, std::memory_order_relaxed);
+      finished_.emplace_back(record, UnavailableError("scheduler shut down before dispatch"));
+      break;
+  }
+}
+
+void Scheduler::Impl::PostFinished() {
+  if (finished_.empty()) return;
+  completion_tasks_.fetch_add(1, std::memory_order_acq_rel);
+  boost::asio::post(completion_pool_, [this, group = std::move(finished_)]() mutable {
+    const ClockNanos now = clock_->Now();
+    std::vector<RequestRecord*> records;
+    records.reserve(group.size());
+    for (auto& [record, status] : group) {
+      Deliver(record, std::move(status), now);
+      records.push_back(record);
+    }
+    pool_.ReleaseBulk(records.data(), records.size());
+    FinishTask();
+  });
+  finished_.clear();
+}
+
+void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
+  const bool can_dispatch = in_flight_.load(std::memory_order_acquire) < max_in_flight_;
+  ClockNanos window_at = kNever;
+  if (can_dispatch && !pending_.empty()) {
+    window_at = pending_.OldestSubmitNs() + window_.max_queue_delay_ns();
+  }
+  const ClockNanos deadline_at = pending_.NextDeadlineNs();
+  const ClockNanos wake_at = std::min(window_at, deadline_at);
+  if (!closing) SpinBeforeSleep(wake_at);
+  wake_hint_.store(false, std::memory_order_relaxed);
+  // What a producer's new request must cross to wake us (see the file comment).
+  if (closing) {
+    wake_depth_.store(0, std::memory_order_relaxed);
+  } else if (can_dispatch) {
+    wake_depth_.store(window_.preferred_sizes().front(), std::memory_order_relaxed);
+  } else {
+    wake_depth_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
+  }
+  wake_window_before_.store(can_dispatch ? window_at : std::numeric_limits<std::int64_t>::min(),
+                            std::memory_order_relaxed);
+  wake_deadline_before_.store(deadline_at, std::memory_order_relaxed);
+  sleeping_.store(true, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+
+  // Cancel, completions, Drain/Shutdown and clock advances always Wake() (wake_flag_); only
+  // producers rely on this re-check.
+  const bool more_work = intake_.size_approx() > 0 || (wake_at != kNever && wake_at <= now);
+  if (!more_work) {
+    MutexLock lock(&mu_);
+    const auto real = wake_at == kNever ? std::nullopt : clock_->RealTimeOf(wake_at);
+    while (!wake_flag_) {
+      if (!real) {
+        cv_.Wait(lock);
+      } else if (cv_.WaitUntil(lock, *real) == std::cv_status::timeout) {
+        break;
+      }
+    }
+    wake_flag_ = false;
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace attnrt::scheduler

@@ -1,0 +1,304 @@
+// Scheduler::Impl: the state the scheduler's parts share, and their division of labour.
+// scheduler.h documents the semantics; this header is internal to scheduler/.
+//
+//   intake.cc    Submit (any thread): validate, admit, copy into a pooled record, enqueue
+//                lock-free, wake the batching thread only when it must; Cancel; producers.
+//   batcher.cc   the batching thread: drain intake, deadlines, cancellations, the window,
+//                dispatch to the executor with pipelining; sleeping and spinning.
+//   delivery.cc  completion: a batch's statuses from the executor's thread to each request's
+//                future or callback (inline for small batches of futures, else on the pool).
+//   scheduler.cc the public classes, options, start, Drain/Shutdown and idle accounting,
+//                metrics.
+//
+// Request accounting, in pipeline order: queue depth (admitted, not dispatched) -> in_flight_
+// (batches at the executor) -> completion_tasks_ (result groups posted to the pool, not yet
+// delivered). Each stage's counter is raised before the previous one is lowered, so "all three
+// are zero" means every admitted request has been delivered.
+//
+// Waking the batching thread without a lock per Submit: before it sleeps it publishes when it
+// would want to be woken (a queue depth, a window expiry, a deadline), sets sleeping_ and
+// re-checks the intake queue after a seq_cst fence; a producer enqueues, fences, and wakes it
+// only if it sleeps and the new request crosses one of those marks (Dekker-style: one side
+// always sees the other).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "api/internal/mutex.h"
+#include "concurrentqueue.h"
+#include "scheduler/batching_window.h"
+#include "scheduler/completion.h"
+#include "scheduler/handle_access.h"
+#include "scheduler/request_queue.h"
+#include "scheduler/request_record.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/sequence_activity.h"
+
+namespace attnrt::scheduler {
+
+using internal::Completion;
+using internal::HandleAccess;
+using internal::RequestRecord;
+
+struct IntakeTraits : moodycamel::ConcurrentQueueDefaultTraits {
+  static const std::size_t BLOCK_SIZE = 256;
+};
+using IntakeQueue = moodycamel::ConcurrentQueue<RequestRecord*, IntakeTraits>;
+
+inline constexpr int kRecordsPerSlab = 256;
+inline constexpr std::size_t kProducerCacheRefill = 32;
+inline constexpr std::size_t kIntakeBulk = 256;
+inline constexpr int kIntakeRoundsPerPass = 16;
+inline constexpr int kMaxPriorityLevels = 16;
+inline constexpr int kMaxCompletionThreads = 64;
+inline constexpr std::size_t kInlineDeliveryMax = 8;  // requests: see OnBatchDone
+// Longest timeout: a year, so that deadlines (clock nanoseconds + timeout) cannot overflow.
+inline constexpr std::chrono::microseconds kMaxTimeout = std::chrono::hours(24 * 365);
+
+inline std::string Us(std::chrono::microseconds us) {
+  return std::to_string(us.count()) + "us";
+}
+
+// The Status of a request finished without reaching the executor.
+enum class Outcome { kCancelled, kTimedOut, kShutDown };
+
+struct Scheduler::Producer::State {
+  State(Scheduler::Impl* impl, IntakeQueue* queue) : impl(impl), token(*queue) {}
+  Scheduler::Impl* impl;
+  moodycamel::ProducerToken token;
+  std::vector<RequestRecord*> cache;
+};
+
+class Scheduler::Impl final : public ClockListener {
+ public:
+  Impl(const SchedulerOptions& options, runtime::Executor* executor, Clock* clock)
+      : options_(options),
+        executor_(executor),
+        clock_(clock),
+        shape_(executor->shape()),
+        q_elems_(static_cast<std::size_t>(shape_.num_q_heads) * shape_.head_dim),
+        kv_elems_(static_cast<std::size_t>(shape_.num_kv_heads) * shape_.head_dim),
+        window_(options.max_batch_size, options.min_batch_size,
+                std::chrono::duration_cast<std::chrono::nanoseconds>(options.max_queue_delay)
+                    .count(),
+                executor->buckets()),
+        max_in_flight_(std::max(1, executor->max_in_flight())),
+        default_timeout_ns_(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(options.default_timeout)
+                .count()),
+        spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(options.batcher_spin)
+                     .count()),
+        // Device-visible staging for the working set: the batches in flight, two more forming,
+        // and what the producers' caches hold; a backlog beyond that is staged on the heap.
+        pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kRecordsPerSlab,
+              executor->staging_memory(),
+              static_cast<std::size_t>(max_in_flight_ + 2) * options.max_batch_size +
+                  internal::RecordPool::kCachedRecords),
+        pending_(options.num_priority_levels),
+        completion_pool_(static_cast<std::size_t>(options.completion_threads)) {}
+
+  ~Impl() override {
+    Shutdown();
+    clock_->RemoveListener(this);
+    completions_->Orphan();  // deletes itself once every future has let go
+  }
+
+  void Start() {
+    clock_->AddListener(this);
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  // ---- intake ---------------------------------------------------------------------------------
+
+  StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback* done,
+                                 ResultFuture* future, Producer::State* producer);
+
+  bool Cancel(const RequestHandle& handle);
+
+  std::unique_ptr<Producer::State> NewProducerState();
+
+  void ReleaseProducerState(Producer::State* state);
+
+  // ---- shutdown ------------------------------------------------------------------------------
+
+  void Drain();
+
+  void Shutdown();
+
+  // ---- observability -------------------------------------------------------------------------
+
+  MetricsSnapshot Metrics() const;
+
+  void SyncForTesting();
+
+  const SchedulerOptions& options() const { return options_; }
+
+  template <typename Fn>
+  Status RunIfSequenceIdle(SequenceId id, const char* call, Fn&& fn) {
+    return activity_.RunIfIdle(id, call, std::forward<Fn>(fn));
+  }
+
+  void OnClockAdvanced() override { Wake(); }
+
+ private:
+  // ---- validation ----------------------------------------------------------------------------
+
+  Status Reject(RejectReason reason, Status status);
+
+  Status Validate(const DecodeRequest& r);
+
+  // ---- the batching thread -------------------------------------------------------------------
+
+  void Wake();
+
+  // Before blocking, the batching thread polls for up to batcher_spin (real time, steady clock
+  // only): a request or a completion arriving meanwhile is taken without a futex wake-up of
+  // this thread, which costs several microseconds on the latency path.
+  void SpinBeforeSleep(ClockNanos wake_at);
+
+  void Run();
+
+  // Dispatches batches while fewer than max_in_flight batches are in flight and the window says
+  // so. Returns how many requests left the pending lists.
+  std::int64_t DispatchReady(ClockNanos now, bool flush);
+
+  struct InFlightBatch {
+    std::vector<RequestRecord*> records;
+    ClockNanos dispatch_ns = 0;
+  };
+
+  // Sends selected_ (still in the pending lists) to the executor.
+  void Launch(ClockNanos now, ClockNanos oldest_wait);
+
+  // On an executor thread.
+  void OnBatchDone(InFlightBatch* batch, std::vector<Status> per_request);
+
+  // ---- completion (pool threads) -------------------------------------------------------------
+
+  void DeliverBatch(InFlightBatch* batch, std::vector<Status>& per_request);
+
+  void Deliver(RequestRecord* record, Status status, ClockNanos now);
+
+  // Requests that end without the executor: grouped per pass, delivered on the pool.
+  void Finish(RequestRecord* record, Outcome outcome);
+
+  void PostFinished();
+
+  // ---- idle accounting -----------------------------------------------------------------------
+
+  // Requests admitted and not yet out of the queue (dispatched or finished).
+  std::int64_t Depth() const {
+    return admitted_.load(std::memory_order_seq_cst) - refused_.load(std::memory_order_seq_cst) -
+           left_.load(std::memory_order_seq_cst);
+  }
+  // A Submit that counted itself in admitted_ and then refused the request.
+  void Refuse() {
+    refused_.fetch_add(1, std::memory_order_seq_cst);
+    if (Depth() == 0) NotifyIdle();
+  }
+  // Batching thread only.
+  void LeaveQueue(std::int64_t n) {
+    left_.fetch_add(n, std::memory_order_seq_cst);
+    if (Depth() == 0) NotifyIdle();
+  }
+
+  void FinishTask() {
+    if (completion_tasks_.fetch_sub(1, std::memory_order_acq_rel) == 1) NotifyIdle();
+  }
+
+  void NotifyIdle() {
+    MutexLock lock(&idle_mu_);
+    idle_cv_.NotifyAll();
+  }
+
+  bool Idle() const {
+    return Depth() == 0 &&
+           in_flight_.load(std::memory_order_acquire) == 0 &&
+           completion_tasks_.load(std::memory_order_acquire) == 0;
+  }
+
+  void WaitIdle();
+
+  // Sleeps until woken or the earliest time something can happen without new input.
+  void Sleep(ClockNanos now, bool closing);
+
+  const SchedulerOptions options_;
+  runtime::Executor* const executor_;
+  Clock* const clock_;
+  const ModelShape shape_;
+  const std::size_t q_elems_;
+  const std::size_t kv_elems_;
+  const BatchingWindow window_;
+  const int max_in_flight_;
+  const ClockNanos default_timeout_ns_;
+  const ClockNanos spin_ns_;
+
+  internal::RecordPool pool_;
+  // The future form's completion state; outlives this scheduler while futures hold some.
+  internal::CompletionPool* const completions_ = new internal::CompletionPool();
+  IntakeQueue intake_;
+  internal::SequenceActivity activity_;
+  SchedulerMetrics metrics_;
+
+  // Pipeline accounting (see the file comment); cache lines grouped by writer. Queue depth is
+  // admitted_ - refused_ - left_ (monotonic counters: producers never write a line the batching
+  // thread writes, and `submitted` comes for free).
+  alignas(64) std::atomic<std::int64_t> admitted_{0};  // producers
+  alignas(64) std::atomic<std::int64_t> left_{0};      // batching thread
+  alignas(64) std::atomic<std::int64_t> refused_{0};   // rare
+  std::atomic<std::uint64_t> cancel_epoch_{0};
+  alignas(64) std::atomic<int> in_flight_{0};
+  std::atomic<std::int64_t> completion_tasks_{0};
+
+  // Read-mostly flags.
+  alignas(64) std::atomic<bool> closed_{false};
+  std::atomic<bool> flush_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> stop_{false};
+
+  // Wake protocol: written by the batching thread before it sleeps, read by producers.
+  alignas(64) std::atomic<bool> sleeping_{false};
+  std::atomic<std::int64_t> wake_depth_{0};
+  std::atomic<ClockNanos> wake_window_before_{kNever};
+  std::atomic<ClockNanos> wake_deadline_before_{kNever};
+  alignas(64) Mutex mu_;
+  CondVar cv_;
+  bool wake_flag_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> wake_hint_{false};  // set with wake_flag_, read without mu_ while spinning
+
+  // SyncForTesting.
+  std::atomic<std::uint64_t> sync_requested_{0};
+  Mutex sync_mu_;
+  CondVar sync_cv_;
+  std::uint64_t sync_done_ GUARDED_BY(sync_mu_) = 0;
+  bool stopped_thread_ GUARDED_BY(sync_mu_) = false;
+
+  // Drain / Shutdown.
+  Mutex close_mu_;
+  bool stopped_ GUARDED_BY(close_mu_) = false;
+  Mutex idle_mu_;  // only for idle_cv_'s wait: the counters it watches are atomics
+  CondVar idle_cv_;
+
+  // Batching thread only.
+  internal::PendingQueue pending_;
+  std::vector<RequestRecord*> selected_;
+  std::vector<RequestRecord*> scratch_;
+  std::vector<std::pair<RequestRecord*, Status>> finished_;
+
+  boost::asio::thread_pool completion_pool_;
+  std::thread thread_;
+};
+
+}  // namespace attnrt::scheduler
