@@ -1,0 +1,204 @@
+// The CUDA executor's batch path (cuda_executor_impl.h): plan under the submission lock, cut
+// into pieces, pack the pipeline buffer's staging, launch.
+#include "runtime/cuda_executor_impl.h"
+
+namespace attnrt::runtime {
+
+// ---- the batch path ------------------------------------------------------------------------
+
+int CudaExecutor::Impl::AcquireBuffer() {
+  MutexLock lock(&mu);
+  // Pieces complete in launch order, so the oldest buffer is the next to free.
+  while (buffers[next_buffer].busy) cv.Wait(lock);
+  const int index = next_buffer;
+  buffers[index].busy = true;
+  next_buffer = (next_buffer + 1) % static_cast<int>(buffers.size());
+  return index;
+}
+
+void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
+                              int* max_kv_length) {
+  BatchState& b = *piece.batch;
+  const BufferLayout& l = layouts[piece.bucket_index];
+  const PipelineBuffer& buf = buffers[piece.buffer];
+  char* base = buf.in.as<char>();
+  auto* kv_lengths = reinterpret_cast<std::int32_t*>(base + l.kv_lengths);
+  auto* layers = reinterpret_cast<std::int32_t*>(base + l.layers);
+  auto* tables = reinterpret_cast<std::int32_t*>(base + l.block_tables);
+  auto* q_ptrs = reinterpret_cast<std::uint64_t*>(base + l.q_ptrs);
+  auto* k_ptrs = reinterpret_cast<std::uint64_t*>(base + l.k_ptrs);
+  auto* v_ptrs = reinterpret_cast<std::uint64_t*>(base + l.v_ptrs);
+  auto* out_ptrs = reinterpret_cast<std::uint64_t*>(base + l.out_ptrs);
+  auto* lse_ptrs = reinterpret_cast<std::uint64_t*>(base + l.lse_ptrs);
+  const std::size_t q_bytes =
+      static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim * sizeof(Half);
+  const std::size_t kv_bytes = static_cast<std::size_t>(options.shape.kv_token_elems()) * sizeof(Half);
+  *any_host = *any_device = false;
+  *max_kv_length = 0;
+
+  for (int j = 0; j < piece.count; ++j) {
+    const PlannedRequest& p = b.plan.live[piece.first + j];
+    const BatchRequest& r = b.batch.requests[p.index];
+    Status row = planner->FillBlockRow(r.sequence_id, p.kv_length,
+                                       tables + static_cast<std::size_t>(j) * max_blocks);
+    if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
+      b.plan.statuses[p.index] = row;
+      kv_lengths[j] = 0;
+      continue;
+    }
+    kv_lengths[j] = p.kv_length;
+    layers[j] = r.layer;
+    *max_kv_length = std::max(*max_kv_length, p.kv_length);
+    if (r.memory == MemoryKind::kHost) {
+      q_ptrs[j] = 0;  // the gather kernel leaves this row to the memcpy node
+      out_ptrs[j] = 0;
+      *any_host = true;
+    } else {
+      q_ptrs[j] = reinterpret_cast<std::uint64_t>(r.q);
+      k_ptrs[j] = reinterpret_cast<std::uint64_t>(r.k);
+      v_ptrs[j] = reinterpret_cast<std::uint64_t>(r.v);
+      out_ptrs[j] = reinterpret_cast<std::uint64_t>(r.out);
+      lse_ptrs[j] = reinterpret_cast<std::uint64_t>(r.lse);
+      *any_device = true;
+    }
+  }
+  // The q/k/v copies, spread over the pack pool when there are enough bytes to pay for the
+  // hand-off (a few µs).
+  constexpr std::size_t kParallelPackBytes = 256 * 1024;
+  auto copy_row = [&](int j) {
+    const PlannedRequest& p = b.plan.live[piece.first + j];
+    const BatchRequest& r = b.batch.requests[p.index];
+    if (r.memory != MemoryKind::kHost || kv_lengths[j] == 0) return;
+    std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
+    std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
+    std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
+  };
+  if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelPackBytes) {
+    pack_pool->Run(piece.count, copy_row);
+  } else if (*any_host) {
+    for (int j = 0; j < piece.count; ++j) copy_row(j);
+  }
+  // Padding: every kernel skips a row of length 0 before reading anything else of it.
+  std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
+}
+
+void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
+  PipelineBuffer& buf = buffers[piece.buffer];
+  cudaStream_t st = stream.get();
+  if (faults->launch.Hit()) {
+    piece.launch_status = LaunchInvalidForTesting(st);
+  } else {
+    Status status;
+    if (options.record_timings) status = CudaStatus(cudaEventRecord(buf.start.get(), st),
+                                                    "cudaEventRecord(start)", __FILE__, __LINE__);
+    if (status.ok()) {
+      if (options.mode == LaunchMode::kGraph) {
+        CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.buffer);
+        status = SetEnables(g, e);
+        if (status.ok()) {
+          status = CudaStatus(cudaGraphLaunch(g.exec.get(), st), "cudaGraphLaunch", __FILE__,
+                              __LINE__);
+        }
+      } else {
+        status = EnqueueEager(piece.path, piece.bucket_index, piece.buffer, e);
+      }
+    }
+    piece.launch_status = status;
+  }
+  // Recorded even after a failed launch: whatever did get queued still uses the buffer.
+  piece.event_recorded = cudaEventRecord(buf.done.get(), st) == cudaSuccess;
+  if (!piece.event_recorded && piece.launch_status.ok()) {
+    piece.launch_status = InternalError("cudaEventRecord(done) failed after the launch");
+  }
+}
+
+Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size));
+  if (!done) return InvalidArgumentError("done is empty");
+  const Clock::time_point t_plan = Clock::now();
+  auto state = std::make_shared<BatchState>();
+  BatchPlan& plan = state->plan;
+  // Held until every piece is launched: no sequence call lands between plan and launch
+  // (batch_plan.h).
+  auto hold = planner->LockSubmission();
+  planner->Plan(batch, &plan);
+  if (!plan.copies.empty()) {
+    // Rare path (first write into a forked block): the copy must follow every queued piece
+    // and precede this batch's append.
+    Status s = faults->copy.Hit()
+                   ? InternalError("injected copy-on-write copy failure (FaultInjection::copy)")
+                   : DrainStream();
+    if (s.ok()) s = cache->ApplyCopies(plan.copies);
+    if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+    if (!s.ok()) {
+      // Nothing of this batch runs; its requests have taken their tokens and the copies'
+      // destinations hold undefined K/V, which Settle marks lost (plan.live stays for it).
+      for (const PlannedRequest& p : plan.live) plan.statuses[p.index] = s;
+      plan.copies_applied = false;
+      Logger().error("cuda executor: copy-on-write before a batch of {} failed: {}",
+                     plan.live.size(), s.ToString());
+    }
+  }
+  const double plan_us = MicrosSince(t_plan);
+  state->batch = std::move(batch);
+  state->done = std::move(done);
+
+  const int n = plan.copies_applied ? static_cast<int>(plan.live.size()) : 0;  // to launch
+  const int largest = options.buckets.back();
+  const int num_pieces = std::max(1, (n + largest - 1) / largest);
+  state->pieces_left = num_pieces;
+  {
+    MutexLock lock(&mu);
+    ++pending_batches;
+  }
+  Status wait_status;
+  if (n > 0 && state->batch.ready_event != nullptr) {
+    wait_status = CudaStatus(
+        cudaStreamWaitEvent(stream.get(), state->batch.ready_event, 0),
+        "cudaStreamWaitEvent(ready_event)", __FILE__, __LINE__);
+  }
+  for (int i = 0; i < num_pieces; ++i) {
+    Piece piece;
+    piece.batch = state;
+    piece.first = i * largest;
+    piece.count = std::min(largest, n - piece.first);
+    piece.timings.plan_us = i == 0 ? plan_us : 0.0;
+    piece.timings.requests = piece.count;
+    if (piece.count > 0 && wait_status.ok()) {
+      piece.bucket_index = static_cast<int>(
+          std::lower_bound(options.buckets.begin(), options.buckets.end(), piece.count) -
+          options.buckets.begin());
+      piece.timings.bucket = options.buckets[piece.bucket_index];
+      piece.buffer = AcquireBuffer();
+      const Clock::time_point t_pack = Clock::now();
+      NodeEnables e;
+      bool any_host = false, any_device = false;
+      int max_kv_length = 0;
+      Pack(piece, &any_host, &any_device, &max_kv_length);
+      e.h2d_full = any_host && !(disabled_stages & kStageH2DInputs);
+      e.device_io = any_device;
+      e.d2h = any_host && !(disabled_stages & kStageD2H);
+      e.compute = !(disabled_stages & kStageCompute);
+      const Clock::time_point t_launch = Clock::now();
+      piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();
+      StatusOr<int> path = ChoosePath(piece.bucket_index, max_kv_length);
+      if (path.ok()) {
+        piece.path = *path;
+        Launch(piece, e);
+      } else {
+        piece.launch_status = path.status();  // nothing queued: the buffer frees at once
+      }
+      piece.timings.launch_us = MicrosSince(t_launch);
+    } else if (piece.count > 0) {
+      piece.launch_status = wait_status;
+    }
+    {
+      MutexLock lock(&mu);
+      completions.push_back(std::move(piece));
+    }
+    cv.NotifyAll();
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,297 @@
+// CudaExecutor::Impl: the state the CUDA executor's parts share (runtime/cuda_executor.h is
+// the public face). Internal to runtime/.
+//
+//   cuda_executor.cc    set-up (paths, pipeline buffers, the KV cache, warm-up, capture) and
+//                       the public methods;
+//   cuda_graphs.cc      one step's work on the stream, eager or captured into a graph per
+//                       (path, bucket, pipeline buffer), and the per-piece node enables;
+//   cuda_batch.cc       a batch: plan (under the planner's submission lock), pieces, pack the
+//                       pinned staging, launch;
+//   cuda_completion.cc  the completion thread: each piece's done event, outputs back to host
+//                       requests, settling and the batch's callback.
+//
+// Per piece of a batch: plan on the host (validation,
+// AppendToken, copy-on-write), pack the pipeline buffer's pinned staging, then one
+// cudaGraphLaunch of the graph for (bucket, path, buffer):
+//
+//   H2D memcpy (metadata + q/k/v, or metadata only) -> gather (device-memory requests)
+//     -> [captured: append-KV -> decode path] -> scatter (device-memory requests)
+//     -> D2H memcpy (out + lse, for host-memory requests)
+//
+// followed by an event the completion thread waits on. Nodes a piece does not need are
+// disabled on the instantiated graph (cudaGraphNodeSetEnabled, only when the need changes), so
+// one graph serves host-memory, device-memory and mixed batches without re-capture.
+#pragma once
+
+#include "runtime/cuda_executor.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <type_traits>
+
+#include "api/internal/cuda_check.h"
+#include "api/internal/log.h"
+#include "api/internal/mutex.h"
+#include "kernels/decode.h"
+#include "kernels/gemm_path.h"
+#include "kvcache/kvcache.h"
+#include "kernels/batch_io.h"
+#include "runtime/address_ranges.h"
+#include "runtime/batch_plan.h"
+#include "runtime/copy_pool.h"
+#include "runtime/cuda_resources.h"
+
+namespace attnrt::runtime {
+
+using Clock = std::chrono::steady_clock;
+using kernels::AddGatherNode;
+using kernels::AddScatterNode;
+using kernels::BatchIoArgs;
+using kernels::LaunchGather;
+using kernels::LaunchInvalidForTesting;
+using kernels::LaunchScatter;
+
+inline double MicrosSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+inline std::size_t Align16(std::size_t x) { return (x + 15) & ~std::size_t{15}; }
+
+// Byte offsets of one pipeline buffer's arrays for a bucket of `capacity` rows. The input region
+// (pinned staging and its device mirror) holds the metadata first, then q/k/v, so one H2D copy
+// of meta_bytes serves device-memory pieces and one of in_bytes the others. The output region
+// holds out then lse. Offsets depend on the bucket, so each bucket's H2D copies only its own bytes.
+struct BufferLayout {
+  int capacity = 0;
+  std::size_t kv_lengths = 0, layers = 0, block_tables = 0;
+  std::size_t q_ptrs = 0, k_ptrs = 0, v_ptrs = 0, out_ptrs = 0, lse_ptrs = 0;
+  std::size_t meta_bytes = 0;
+  std::size_t q = 0, k = 0, v = 0, in_bytes = 0;
+  std::size_t out = 0, lse = 0, out_bytes = 0;
+
+  static BufferLayout For(const ModelShape& shape, int capacity, int max_blocks) {
+    BufferLayout l;
+    l.capacity = capacity;
+    const std::size_t c = static_cast<std::size_t>(capacity);
+    std::size_t off = 0;
+    auto take = [&off](std::size_t bytes) {
+      const std::size_t at = off;
+      off = Align16(off + bytes);
+      return at;
+    };
+    l.kv_lengths = take(c * sizeof(std::int32_t));
+    l.layers = take(c * sizeof(std::int32_t));
+    l.block_tables = take(c * static_cast<std::size_t>(max_blocks) * sizeof(std::int32_t));
+    l.q_ptrs = take(c * sizeof(std::uint64_t));
+    l.k_ptrs = take(c * sizeof(std::uint64_t));
+    l.v_ptrs = take(c * sizeof(std::uint64_t));
+    l.out_ptrs = take(c * sizeof(std::uint64_t));
+    l.lse_ptrs = take(c * sizeof(std::uint64_t));
+    l.meta_bytes = off;
+    const std::size_t q_bytes = c * shape.num_q_heads * shape.head_dim * sizeof(Half);
+    const std::size_t kv_bytes = c * static_cast<std::size_t>(shape.kv_token_elems()) * sizeof(Half);
+    l.q = take(q_bytes);
+    l.k = take(kv_bytes);
+    l.v = take(kv_bytes);
+    l.in_bytes = off;
+    off = 0;
+    l.out = take(q_bytes);
+    l.lse = take(c * shape.num_q_heads * sizeof(float));
+    l.out_bytes = off;
+    return l;
+  }
+};
+
+static_assert(kGemmPathName == kernels::kGemmVariantName, "the executor's name of the GEMM path");
+static_assert(std::is_same_v<DeviceEvent, cudaEvent_t>, "executor.h's DeviceEvent is cudaEvent_t");
+
+// A decode path as the executor runs it: an entry of the kernels' variant table at one of its
+// kv-length buckets (the GEMM path has one per Tpad), planned once per batch bucket; each plan's
+// runs (append + decode) are what that bucket's graphs capture.
+struct DecodePath {
+  const kernels::DecodeVariant* variant = nullptr;
+  std::string name;        // "split_kv", "gemm/t256"
+  int max_kv_length = 0;   // longest length its plans run
+  std::vector<kernels::DecodePlan> plans;  // [bucket]
+};
+
+// Which optional nodes a piece needs.
+struct NodeEnables {
+  bool h2d_full = true;  // host-memory q/k/v present (else the metadata-only copy)
+  bool device_io = true;  // gather + scatter for device-memory requests
+  bool d2h = true;        // host-memory outputs present
+  bool compute = true;    // append + decode (off only for SetDisabledStagesForBenchmark)
+  friend bool operator==(const NodeEnables&, const NodeEnables&) = default;
+};
+
+struct CapturedGraph {
+  Graph graph;
+  GraphExec exec;
+  cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
+                  d2h = nullptr;
+  std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
+  std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
+};
+
+struct PipelineBuffer {
+  PinnedBuffer in, out;
+  DeviceBuffer dev_in, dev_out;
+  Event start, done;
+  bool busy = false;  // guarded by CudaExecutor::Impl::mu (another object's: not annotated)
+};
+
+struct BatchState {
+  Batch batch;
+  BatchDoneFn done;
+  BatchPlan plan;
+  int pieces_left = 0;  // completion thread only (set before the first piece is queued)
+  bool failed = false;  // completion thread only
+};
+
+// One launch: a bucket-sized range of a batch's live requests.
+struct Piece {
+  std::shared_ptr<BatchState> batch;
+  int buffer = -1;  // -1: nothing was launched (every request failed before the GPU)
+  int bucket_index = 0;
+  int path = 0;              // index into Impl::paths
+  int first = 0, count = 0;  // range of batch->plan.live
+  Status launch_status;
+  bool event_recorded = false;
+  PieceTimings timings;
+};
+
+
+// Pinned, mapped host memory that the graphs' gather/scatter kernels read and write in place
+// (unified addressing: the host address is the device address). Keeps the ranges it handed out
+// so the kDevice pointer check accepts them without a driver call per pointer.
+class MappedStagingMemory final : public StagingMemory {
+ public:
+  // Called when a scheduler sets up its staged working set, never per request. A failure
+  // leaves a warning: the caller then stages in ordinary memory (those requests take the copy
+  // path), which is slower but correct.
+  void* Allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      Logger().warn("cuda executor: no mapped staging memory of {} bytes (cudaHostAlloc: {}); "
+                    "requests staged elsewhere take the copy path", bytes, cudaGetErrorString(err));
+      return nullptr;
+    }
+    void* device = nullptr;
+    err = cudaHostGetDevicePointer(&device, p, 0);
+    if (err != cudaSuccess || device != p) {
+      (void)cudaGetLastError();
+      Logger().warn("cuda executor: mapped staging memory at {} is not device-addressable at the "
+                    "same address (cudaHostGetDevicePointer: {}); requests staged elsewhere "
+                    "take the copy path", p, cudaGetErrorString(err));
+      cudaFreeHost(p);
+      return nullptr;
+    }
+    ranges_.Add(p, bytes);
+    return p;
+  }
+  void Free(void* p) override {
+    if (p == nullptr) return;
+    ranges_.Remove(p);
+    cudaFreeHost(p);
+  }
+  // True if p lies in memory this allocator handed out.
+  bool Contains(const void* p) const { return ranges_.Contains(p); }
+
+ private:
+  AddressRanges ranges_;
+};
+
+struct CudaExecutor::Impl {
+  CudaExecutorOptions options;
+  std::vector<BufferLayout> layouts;  // per bucket
+  std::vector<DecodePath> paths;
+  std::vector<std::string> path_names;  // as given in options.paths
+  int selected_name = 0;                // index into path_names
+  std::vector<int> active;  // paths named path_names[selected_name], by ascending max_kv_length
+  std::vector<char> runnable;           // [path][bucket]: workspace within budget (captured)
+  int max_blocks = 0;
+
+  Stream stream;
+  CublasHandle cublas;  // for plans that use cuBLAS (the GEMM path) only
+  std::vector<PipelineBuffer> buffers;
+  DeviceBuffer workspace;
+  std::unique_ptr<kvcache::KvCache> cache;
+  kernels::KvPoolView pools;
+  std::vector<CapturedGraph> graphs;  // [path][bucket][buffer]
+  std::unique_ptr<BatchPlanner> planner;
+  CudaExecutorMemory memory;
+  std::shared_ptr<FaultInjection> faults;  // never null after Init
+  unsigned disabled_stages = 0;  // SetDisabledStagesForBenchmark; submitting thread
+
+  Mutex mu;
+  CondVar cv;
+  std::deque<Piece> completions GUARDED_BY(mu);
+  int pending_batches GUARDED_BY(mu) = 0;
+  int next_buffer = 0;  // submitting thread only
+  bool stop GUARDED_BY(mu) = false;
+  ExecutorStats stats GUARDED_BY(mu);
+  std::vector<PieceTimings> timings GUARDED_BY(mu);
+  std::thread completion_thread;
+  std::unique_ptr<CopyPool> pack_pool;
+  std::unique_ptr<MappedStagingMemory> staging = std::make_unique<MappedStagingMemory>();
+
+  ~Impl() {
+    if (completion_thread.joinable()) {
+      WaitAll();
+      {
+        MutexLock lock(&mu);
+        stop = true;
+      }
+      cv.NotifyAll();
+      completion_thread.join();
+    }
+    if (stream.get() != nullptr) {
+      const cudaError_t err = cudaStreamSynchronize(stream.get());
+      if (err != cudaSuccess) {
+        Logger().warn("cuda executor: cudaStreamSynchronize at teardown: {}",
+                      cudaGetErrorString(err));
+      }
+    }
+  }
+
+  int num_buckets() const { return static_cast<int>(options.buckets.size()); }
+  CapturedGraph& GraphFor(int path, int bucket, int buffer) {
+    return graphs[(static_cast<std::size_t>(path) * num_buckets() + bucket) * buffers.size() +
+                  buffer];
+  }
+
+  Status Init();
+  Status AddPaths(const std::string& name, const kernels::DecodeDevice& device);
+  Status Select(int name_index);
+  StatusOr<int> ChoosePath(int bucket, int max_kv_length) const;
+  kernels::DecodeBatchView ViewFor(int bucket, int buffer) const;
+  BatchIoArgs IoArgsFor(int bucket, int buffer) const;
+  Status EnqueueCompute(int path, int bucket, int buffer);
+  Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
+  Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
+  Status SetEnables(CapturedGraph& g, const NodeEnables& e);
+  Status DrainStream();
+
+  Status Submit(Batch batch, BatchDoneFn done);
+  int AcquireBuffer();
+  void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
+  void Launch(Piece& piece, const NodeEnables& e);
+  void CompletionLoop();
+  void WaitAll() {
+    MutexLock lock(&mu);
+    while (pending_batches != 0) cv.Wait(lock);
+  }
+};
+
+}  // namespace attnrt::runtime

@@ -1,0 +1,158 @@
+// The CUDA executor's step on the stream (cuda_executor_impl.h): the batch views, eager
+// enqueue, capture into graphs, and the per-piece node enables.
+#include "runtime/cuda_executor_impl.h"
+
+namespace attnrt::runtime {
+
+kernels::DecodeBatchView CudaExecutor::Impl::ViewFor(int bucket, int buffer) const {
+  const BufferLayout& l = layouts[bucket];
+  const PipelineBuffer& buf = buffers[buffer];
+  kernels::DecodeBatchView v;
+  v.capacity = l.capacity;
+  v.num_q_heads = options.shape.num_q_heads;
+  v.max_blocks_per_seq = max_blocks;
+  v.kv_lengths = buf.dev_in.as<std::int32_t>(l.kv_lengths);
+  v.layers = buf.dev_in.as<std::int32_t>(l.layers);
+  v.block_tables = buf.dev_in.as<std::int32_t>(l.block_tables);
+  v.q = buf.dev_in.as<Half>(l.q);
+  v.k_new = buf.dev_in.as<Half>(l.k);
+  v.v_new = buf.dev_in.as<Half>(l.v);
+  v.out = buf.dev_out.as<Half>(l.out);
+  v.lse = buf.dev_out.as<float>(l.lse);
+  v.scale = options.shape.scale();
+  return v;
+}
+
+BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int buffer) const {
+  const BufferLayout& l = layouts[bucket];
+  const PipelineBuffer& buf = buffers[buffer];
+  BatchIoArgs a;
+  a.capacity = l.capacity;
+  a.q_elems = options.shape.num_q_heads * options.shape.head_dim;
+  a.kv_elems = static_cast<int>(options.shape.kv_token_elems());
+  a.num_q_heads = options.shape.num_q_heads;
+  a.kv_lengths = buf.dev_in.as<std::int32_t>(l.kv_lengths);
+  a.q_ptrs = buf.dev_in.as<std::uint64_t>(l.q_ptrs);
+  a.k_ptrs = buf.dev_in.as<std::uint64_t>(l.k_ptrs);
+  a.v_ptrs = buf.dev_in.as<std::uint64_t>(l.v_ptrs);
+  a.out_ptrs = buf.dev_in.as<std::uint64_t>(l.out_ptrs);
+  a.lse_ptrs = buf.dev_in.as<std::uint64_t>(l.lse_ptrs);
+  a.q = buf.dev_in.as<Half>(l.q);
+  a.k = buf.dev_in.as<Half>(l.k);
+  a.v = buf.dev_in.as<Half>(l.v);
+  a.out = buf.dev_out.as<Half>(l.out);
+  a.lse = buf.dev_out.as<float>(l.lse);
+  return a;
+}
+
+// The path's plan for this bucket, run on the pipeline buffer's arrays: append, then decode
+// attention.
+Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int buffer) {
+  const DecodePath& p = paths[path];
+  return p.variant->run(p.plans[bucket], ViewFor(bucket, buffer), pools,
+                        {workspace.data(), workspace.bytes()}, {stream.get(), cublas.get()});
+}
+
+// The same work as one replay, launched op by op (eager mode and warm-up).
+Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e) {
+  const BufferLayout& l = layouts[bucket];
+  PipelineBuffer& buf = buffers[buffer];
+  cudaStream_t st = stream.get();
+  ATTNRT_CUDA_RETURN(cudaMemcpyAsync(buf.dev_in.data(), buf.in.data(),
+                                     e.h2d_full ? l.in_bytes : l.meta_bytes,
+                                     cudaMemcpyHostToDevice, st));
+  const BatchIoArgs io = IoArgsFor(bucket, buffer);
+  if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchGather(io, st));
+  if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, buffer));
+  if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchScatter(io, st));
+  if (e.d2h) {
+    ATTNRT_CUDA_RETURN(cudaMemcpyAsync(buf.out.data(), buf.dev_out.data(), l.out_bytes,
+                                       cudaMemcpyDeviceToHost, st));
+  }
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGraph* g) {
+  const BufferLayout& l = layouts[bucket];
+  PipelineBuffer& buf = buffers[buffer];
+
+  // The kernels' own launches (append + decode path) are captured from the stream; the
+  // executor's copies and gather/scatter are then added to the same graph as explicit nodes
+  // whose handles it keeps (one flat graph: no child-graph node on the launch path).
+  ATTNRT_CUDA_RETURN(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const Status enqueued = EnqueueCompute(path, bucket, buffer);
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream.get(), &raw);
+  g->graph = Graph::Adopt(raw);
+  ATTNRT_RETURN_IF_ERROR(enqueued);
+  ATTNRT_CUDA_RETURN(ended);
+  cudaGraph_t graph = g->graph.get();
+
+  std::size_t n = 0;
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nodes.data(), &n));
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> roots(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, roots.data(), &n));
+  std::vector<cudaGraphNode_t> leaves;
+  g->compute_nodes.clear();
+  for (cudaGraphNode_t node : nodes) {
+    std::size_t out = 0;
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
+    if (out == 0) leaves.push_back(node);
+    cudaGraphNodeType type{};
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel || type == cudaGraphNodeTypeMemset ||
+        type == cudaGraphNodeTypeMemcpy) {
+      g->compute_nodes.push_back(node);
+    }
+  }
+
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_full, graph, nullptr, 0, buf.dev_in.data(),
+                                              buf.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->h2d_meta, graph, nullptr, 0, buf.dev_in.data(),
+                                              buf.in.data(), l.meta_bytes, cudaMemcpyHostToDevice));
+  const BatchIoArgs io = IoArgsFor(bucket, buffer);
+  const cudaGraphNode_t copies[] = {g->h2d_full, g->h2d_meta};
+  ATTNRT_RETURN_IF_ERROR(AddGatherNode(graph, copies, 2, io, &g->gather));
+  for (cudaGraphNode_t root : roots) {
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(graph, &g->gather, &root, nullptr, 1));
+  }
+  ATTNRT_RETURN_IF_ERROR(AddScatterNode(graph, leaves.data(), leaves.size(), io, &g->scatter));
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->d2h, graph, &g->scatter, 1, buf.out.data(),
+                                              buf.dev_out.data(), l.out_bytes,
+                                              cudaMemcpyDeviceToHost));
+  ATTNRT_ASSIGN_OR_RETURN(g->exec, GraphExec::Instantiate(g->graph));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(g->exec.get(), stream.get()));
+  g->enabled.reset();
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::SetEnables(CapturedGraph& g, const NodeEnables& e) {
+  if (g.enabled == e) return Status::Ok();
+  cudaGraphExec_t x = g.exec.get();
+  const std::optional<NodeEnables> before = g.enabled;
+  g.enabled.reset();  // unknown until every call below succeeded
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_full, e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.h2d_meta, !e.h2d_full));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.gather, e.device_io));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.scatter, e.device_io));
+  ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, g.d2h, e.d2h));
+  if (!before.has_value() || before->compute != e.compute) {
+    for (cudaGraphNode_t node : g.compute_nodes) {
+      ATTNRT_CUDA_RETURN(cudaGraphNodeSetEnabled(x, node, e.compute));
+    }
+  }
+  g.enabled = e;
+  return Status::Ok();
+}
+
+// Orders host-side pool writes (prefill, copy-on-write through KvCache) after every queued
+// piece; the cache's synchronous copies run on the legacy stream, so the device is synced after.
+Status CudaExecutor::Impl::DrainStream() {
+  ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+  return Status::Ok();
+}
+
+}  // namespace attnrt::runtime
