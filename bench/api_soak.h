@@ -104,6 +104,7 @@ struct SoakConfig {
   std::uint64_t seed = 1;
   ModelShape shape = SoakShape();
   std::size_t kv_cache_bytes = std::size_t{32} << 20;
+  DeviceKind device = DeviceKind::kCpu;  // kCuda: the same soak through the CUDA executor
   std::FILE* progress = stderr;         // null: quiet
 };
 
@@ -195,7 +196,7 @@ inline SoakResult RunSoak(const SoakConfig& config) {
 
   RuntimeOptions options;
   options.shape = shape;
-  options.device = DeviceKind::kCpu;
+  options.device = config.device;
   options.kv_cache_bytes = config.kv_cache_bytes;
   auto created = Runtime::Create(options);
   if (!created.ok()) {

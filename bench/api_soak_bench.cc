@@ -13,8 +13,8 @@
 namespace {
 
 constexpr const char* kHelp = R"(usage: api_soak_bench [options]
-Soak: drives the CPU-executor Runtime with decode requests from many threads, with sequence
-create/fork/free churn, random cancels and short timeouts; checks every accepted request
+Soak: drives a Runtime (the CPU executor; the CUDA one with --device cuda) with decode
+requests from many threads, with sequence create/fork/free churn, random cancels and short timeouts; checks every accepted request
 completed exactly once with OK, Cancelled or DeadlineExceeded, that freeing every sequence
 brings kv_cache_usage().blocks_in_use back to its baseline, and that RSS is flat after warm-up
 (growth of the largest sample after 20% of the requests over the sample at 20%, < 5%).
@@ -28,6 +28,7 @@ recovery phase's p99 is within max(2 x, +10 ms) of the normal phase's.
   --threads N              soak submitting threads (default 8)
   --progress-interval S    seconds between progress lines on stderr (default 5)
   --seed N                 (default 1)
+  --device cpu|cuda        the soak's executor (default cpu; cuda needs a GPU)
   --no-soak                run the overload phases only
   --no-overload            run the soak only
   --phase-seconds S        each open-loop phase (default 3)
@@ -81,6 +82,15 @@ int main(int argc, char** argv) {
     } else if (Arg(argc, argv, &i, "--seed", &v)) {
       soak.seed = static_cast<std::uint64_t>(Number(v, "--seed"));
       overload.seed = soak.seed;
+    } else if (Arg(argc, argv, &i, "--device", &v)) {
+      if (v == "cpu") {
+        soak.device = attnrt::DeviceKind::kCpu;
+      } else if (v == "cuda") {
+        soak.device = attnrt::DeviceKind::kCuda;
+      } else {
+        std::fprintf(stderr, "--device: cpu or cuda, not '%s'\n", v.c_str());
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--no-soak")) {
       run_soak = false;
     } else if (!std::strcmp(argv[i], "--no-overload")) {
@@ -103,8 +113,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::printf("api_soak_bench: attnrt %s, CPU executor, %u hardware threads\n",
-              attnrt::Version(), std::thread::hardware_concurrency());
+  std::printf("api_soak_bench: attnrt %s, soak on the %s executor (overload on the CPU "
+              "executor), %u hardware threads\n",
+              attnrt::Version(), soak.device == attnrt::DeviceKind::kCuda ? "CUDA" : "CPU",
+              std::thread::hardware_concurrency());
   bool pass = true;
   if (run_soak) {
     const SoakResult r = RunSoak(soak);
