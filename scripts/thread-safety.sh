@@ -35,7 +35,8 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 # objects of kernels/ are left out by naming targets that hold none). The facade's sources are
 # attnrt_facade's where the tree has it (attnrt is then the package made of every component).
 targets=(attnrt_core attnrt_kvcache attnrt_runtime attnrt_scheduler)
-if ninja -C "$build" -t targets all | grep -q '^attnrt_facade:'; then
+known_targets=$(ninja -C "$build" -t targets all)  # whole, not piped: grep -q would cut it off
+if grep -q '^attnrt_facade:' <<<"$known_targets"; then
   targets+=(attnrt_facade)
 else
   targets+=(attnrt)
