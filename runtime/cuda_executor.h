@@ -115,6 +115,7 @@ class CudaExecutor : public Executor {
   std::vector<int> buckets() const override;
   int max_in_flight() const override;
   StagingMemory* staging_memory() override;
+  bool accepts_device_memory() const override { return true; }
 
   Status Submit(Batch batch, BatchDoneFn done) override;
   void Wait() override;

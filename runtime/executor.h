@@ -100,6 +100,8 @@ class Executor {
   // Null when the executor has none (a CPU executor reads host memory anyway). Lives as long as
   // the executor; memory from it must be freed before the executor is destroyed.
   virtual StagingMemory* staging_memory() { return nullptr; }
+  // Whether Submit accepts MemoryKind::kDevice requests (pointers its device dereferences).
+  virtual bool accepts_device_memory() const { return false; }
 
   // Validates the batch (a malformed batch returns its error and `done` is not called), then
   // runs it asynchronously and calls `done` once. Blocks while max_in_flight() batches run.

@@ -154,7 +154,16 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
     r.k = record->k;
     r.v = record->v;
     const bool lse_wanted = record->lse_dest != nullptr || record->want_lse;
-    if (record->device_visible) {
+    if (record->caller_device) {
+      // The caller's own device buffers, read and written in place (validated at Submit: out
+      // given, lse given when wanted).
+      r.memory = runtime::MemoryKind::kDevice;
+      r.q = record->device_q;
+      r.k = record->device_k;
+      r.v = record->device_v;
+      r.out = record->out_dest;
+      r.lse = record->lse_dest;
+    } else if (record->device_visible) {
       // The device reads q/k/v and writes out/lse in the record's staging; Deliver copies to a
       // caller-given destination (ordinary memory the device may not reach).
       r.memory = runtime::MemoryKind::kDevice;

@@ -62,7 +62,7 @@ void Scheduler::Impl::DeliverBatch(InFlightBatch* batch, std::vector<Status>& pe
 
 void Scheduler::Impl::Deliver(RequestRecord* record, Status status, ClockNanos now) {
   DecodeResult result;
-  if (status.ok()) {
+  if (status.ok() && !record->caller_device) {  // a device request's output is in place
     if (record->device_visible && record->out_dest != nullptr) {
       std::memcpy(record->out_dest, record->out, q_elems_ * sizeof(Half));
     }

@@ -77,9 +77,16 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
   record->out_dest = request.out;
   record->lse_dest = request.lse;
   record->want_lse = request.want_lse;
-  std::memcpy(record->q, request.q.data(), q_elems_ * sizeof(Half));
-  std::memcpy(record->k, request.k.data(), kv_elems_ * sizeof(Half));
-  std::memcpy(record->v, request.v.data(), kv_elems_ * sizeof(Half));
+  record->caller_device = request.memory == TensorMemory::kDevice;
+  if (record->caller_device) {  // read in place by the batch: nothing to copy
+    record->device_q = request.q.data();
+    record->device_k = request.k.data();
+    record->device_v = request.v.data();
+  } else {
+    std::memcpy(record->q, request.q.data(), q_elems_ * sizeof(Half));
+    std::memcpy(record->k, request.k.data(), kv_elems_ * sizeof(Half));
+    std::memcpy(record->v, request.v.data(), kv_elems_ * sizeof(Half));
+  }
   if (done != nullptr) {
     record->callback = std::move(*done);
   } else {
@@ -186,7 +193,29 @@ Status Scheduler::Impl::Validate(const DecodeRequest& r) {
                                          " (a request may only shorten it)"));
     }
   }
-  if (options_.check_finite) {
+  if (r.memory == TensorMemory::kDevice) {
+    if (!executor_->accepts_device_memory()) {
+      return Reject(RejectReason::kInvalidArgument,
+                    InvalidArgumentError("memory is kDevice but this executor reads host memory "
+                                         "only (the CUDA executor takes device memory)"));
+    }
+    if (r.out == nullptr) {
+      return Reject(RejectReason::kInvalidArgument,
+                    InvalidArgumentError("out is required when memory is kDevice (the output "
+                                         "is written in place, never returned)"));
+    }
+    if (r.want_lse && r.lse == nullptr) {
+      return Reject(RejectReason::kInvalidArgument,
+                    InvalidArgumentError("want_lse needs an lse destination when memory is "
+                                         "kDevice"));
+    }
+  } else if (r.memory != TensorMemory::kHost) {
+    return Reject(RejectReason::kInvalidArgument,
+                  InvalidArgumentError("memory " + std::to_string(static_cast<int>(r.memory)) +
+                                       " is neither kHost nor kDevice"));
+  }
+  // The runtime never reads device memory on the host: check_finite is for host requests.
+  if (options_.check_finite && r.memory == TensorMemory::kHost) {
     for (auto [name, span] : {std::pair{"q", r.q}, std::pair{"k", r.k}, std::pair{"v", r.v}}) {
       if (const std::ptrdiff_t i = FirstNonFinite(span); i >= 0) {
         return Reject(RejectReason::kNonFinite,

@@ -44,6 +44,12 @@ struct RequestRecord {
   Half* out_dest = nullptr;
   float* lse_dest = nullptr;
   bool want_lse = false;
+  // TensorMemory::kDevice: the caller's q/k/v (and out_dest, lse_dest) are device memory the
+  // batch reads and writes in place; the record's staging is not used.
+  bool caller_device = false;
+  const Half* device_q = nullptr;
+  const Half* device_k = nullptr;
+  const Half* device_v = nullptr;
   Completion* completion = nullptr;  // the future form (no callback given): its pooled state
   DoneCallback callback;
 

@@ -18,8 +18,10 @@
 // the field and its value): q has H*D elements, k and v Hkv*D (H, Hkv, D from the executor's
 // ModelShape); 0 <= layer < num_layers; 0 <= priority < num_priority_levels; timeout > 0 and
 // not longer than default_timeout; the sequence is known to the executor (HasSequence); with
-// check_finite, no Inf/NaN in q, k or v. Then: Unavailable once Drain() or
-// Shutdown() has begun; ResourceExhausted when max_queue_size requests are already queued.
+// check_finite, no Inf/NaN in q, k or v (host memory only); memory kDevice only on an executor
+// that accepts device memory, with `out` (and `lse` when want_lse) given. Then: Unavailable
+// once Drain() or Shutdown() has begun; ResourceExhausted when max_queue_size requests are
+// already queued.
 //
 // Batching window (semantics of Triton's dynamic batcher: max_queue_delay_microseconds with the
 // executor's graph buckets as preferred batch sizes). Let `full bucket` be the largest executor

@@ -22,6 +22,19 @@ struct HandleAccess;
 struct Completion;
 }  // namespace scheduler::internal
 
+// Where a request's q, k, v, out and lse live.
+enum class TensorMemory {
+  // Host memory: q, k, v are copied during Submit (the caller's buffers are free on return);
+  // the output goes to `out` or comes back in DecodeResult::output.
+  kHost,
+  // GPU memory of the runtime's device (the CUDA executor only; the CPU executor refuses it):
+  // the batch's kernels read q, k, v and write out (and lse) in place, with no host copy, as a
+  // serving engine whose model produced q/k/v on the GPU wants. `out` is required (and `lse`
+  // when want_lse); every buffer must stay valid, and q/k/v unchanged, until the result is
+  // delivered; check_finite does not look at them (the runtime never reads them on the host).
+  kDevice,
+};
+
 // One decode step of one (sequence, layer): the new token's query, key and value.
 struct DecodeRequest {
   SequenceId sequence_id = 0;
@@ -31,7 +44,8 @@ struct DecodeRequest {
   // Overrides the default_timeout option for this request; it may only be shorter (a
   // longer one is rejected with InvalidArgument, never silently clamped). Must be > 0.
   std::optional<std::chrono::microseconds> timeout;
-  // Copied into scheduler-owned staging during Submit: the caller's buffers are free on return.
+  // kHost: copied into scheduler-owned staging during Submit (the caller's buffers are free on
+  // return). kDevice: read in place by the batch (see TensorMemory).
   std::span<const Half> q;  // [H][D]
   std::span<const Half> k;  // [Hkv][D]
   std::span<const Half> v;  // [Hkv][D]
@@ -41,6 +55,8 @@ struct DecodeRequest {
   float* lse = nullptr;  // [H]
   // Without `lse`: return the log-sum-exp per head in DecodeResult::lse.
   bool want_lse = false;
+  // Where q, k, v, out and lse live (kDevice: in the GPU's memory, nothing copied).
+  TensorMemory memory = TensorMemory::kHost;
 };
 
 struct DecodeResult {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <attnrt/config.h>
+#include <attnrt/export.h>
 #include <attnrt/half.h>
 #include <attnrt/request.h>
 #include <attnrt/status.h>
@@ -48,7 +49,8 @@ struct RuntimeOptions {
   int num_priority_levels = defaults::kNumPriorityLevels;
   // Reject non-finite q/k/v at Submit (InvalidArgument naming the tensor and element). On by
   // default: with it off, a NaN/Inf in k or v is stored and poisons every later output of that
-  // sequence.
+  // sequence. Host-memory requests only: a TensorMemory::kDevice request is never read on the
+  // host.
   bool check_finite = defaults::kCheckFinite;
   int completion_threads = defaults::kCompletionThreads;  // threads running callbacks / futures
   // How long the batching thread polls for new requests before it sleeps; 0 = sleep at once.
@@ -69,7 +71,7 @@ struct KvCacheUsage {
   std::int64_t block_bytes = 0;     // K + V bytes of one block, all layers
 };
 
-class Runtime {
+class ATTNRT_EXPORT Runtime {
  public:
   static StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options);
   virtual ~Runtime() = default;
@@ -96,7 +98,8 @@ class Runtime {
   virtual StatusOr<int> SequenceLength(SequenceId id, int layer) const = 0;
   virtual KvCacheUsage kv_cache_usage() const = 0;
 
-  // Submits one decode request (see attnrt/request.h). q, k, v are copied before Submit returns. A
+  // Submits one decode request (see attnrt/request.h). q, k, v are copied before Submit returns
+  // (TensorMemory::kHost) or read in place by the batch (kDevice, the CUDA executor). A
   // malformed request is rejected here with a Status naming the field (nothing is enqueued);
   // every accepted request completes exactly once, with its output or a Status. Requests of one
   // (sequence, layer) run in submission order when submitted from one thread at one priority;

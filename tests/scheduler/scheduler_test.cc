@@ -275,6 +275,69 @@ TEST_F(SchedulerTest, ExecutorStagingMemoryIsUsedInPlace) {
   EXPECT_EQ(executor_->fake_staging().live(), 0u) << "staging not returned to the executor";
 }
 
+// TensorMemory::kDevice: the caller's buffers go to the executor as they are (nothing copied,
+// nothing scanned on the host, the output written in place, none returned).
+TEST_F(SchedulerTest, DeviceMemoryRequestsAreReadAndWrittenInPlace) {
+  FakeExecutorOptions eo;
+  eo.accept_device_memory = true;
+  SchedulerOptions o = WindowOptions(8, microseconds(0));
+  o.check_finite = true;  // does not apply: the runtime never reads device memory on the host
+  Make(o, eo);
+  DecodeRequest r = Request(21, 1);
+  data_.back().k[5] = FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+  std::vector<Half> out(data_.back().q.size(), Half{0xffff});
+  r.out = out.data();
+  r.memory = TensorMemory::kDevice;
+  auto f = SubmitOk(r);
+  DecodeResult res = Get(f);
+  ASSERT_TRUE(res.status.ok()) << res.status.ToString();
+  EXPECT_TRUE(res.output.empty()) << "a device request's output is written in place only";
+  EXPECT_EQ(Bits(out), Bits(data_.back().q)) << "the fake executor writes out = q in place";
+  ASSERT_EQ(executor_->batches().size(), 1u);
+  EXPECT_EQ(executor_->batches()[0].requests[0].memory, runtime::MemoryKind::kDevice);
+  EXPECT_EQ(executor_->batches()[0].requests[0].tag, 21u);
+}
+
+TEST_F(SchedulerTest, DeviceMemoryRequestsAreValidatedNamingTheField) {
+  Make(WindowOptions(8, microseconds(0)));  // the fake takes host memory only by default
+  std::vector<Half> out(shape().num_q_heads * shape().head_dim);
+  DecodeRequest r = Request(22, 1);
+  r.out = out.data();
+  r.memory = TensorMemory::kDevice;
+  auto refused = scheduler_->Submit(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("host memory only"), std::string::npos)
+      << refused.status().ToString();
+
+  FakeExecutorOptions eo;
+  eo.accept_device_memory = true;
+  scheduler_.reset();
+  Make(WindowOptions(8, microseconds(0)), eo);
+  DecodeRequest no_out = Request(23, 1);
+  no_out.memory = TensorMemory::kDevice;
+  auto s1 = scheduler_->Submit(no_out);
+  ASSERT_FALSE(s1.ok());
+  EXPECT_NE(s1.status().message().find("out is required"), std::string::npos)
+      << s1.status().ToString();
+  DecodeRequest no_lse = Request(24, 1);
+  no_lse.memory = TensorMemory::kDevice;
+  no_lse.out = out.data();
+  no_lse.want_lse = true;
+  auto s2 = scheduler_->Submit(no_lse);
+  ASSERT_FALSE(s2.ok());
+  EXPECT_NE(s2.status().message().find("want_lse needs an lse"), std::string::npos)
+      << s2.status().ToString();
+  DecodeRequest bad = Request(25, 1);
+  bad.memory = static_cast<TensorMemory>(7);
+  auto s3 = scheduler_->Submit(bad);
+  ASSERT_FALSE(s3.ok());
+  EXPECT_NE(s3.status().message().find("neither kHost nor kDevice"), std::string::npos)
+      << s3.status().ToString();
+  scheduler_->SyncForTesting();
+  EXPECT_TRUE(executor_->batches().empty()) << "a refused request reached the executor";
+}
+
 void SchedulerTest::RunRoutingCase() {
   // Result in DecodeResult (no destination), with LSE.
   DecodeRequest a = Request(11, 1, 2);

@@ -54,6 +54,8 @@ struct FakeExecutorOptions {
   // Offer staging_memory() (heap-backed, ranges tracked): the scheduler then stages requests in
   // it and submits them as kDevice, as with a GPU executor.
   bool offer_staging_memory = false;
+  // Answer accepts_device_memory() with true (the fake reads "device" pointers as host memory).
+  bool accept_device_memory = false;
 };
 
 // Heap memory standing in for a GPU executor's mapped staging: counts allocations and knows
@@ -125,6 +127,7 @@ class FakeExecutor final : public runtime::Executor {
   int max_batch_size() const override { return options_.max_batch_size; }
   std::vector<int> buckets() const override { return options_.buckets; }
   int max_in_flight() const override { return options_.max_in_flight; }
+  bool accepts_device_memory() const override { return options_.accept_device_memory; }
   runtime::StagingMemory* staging_memory() override {
     return options_.offer_staging_memory ? &staging_ : nullptr;
   }
