@@ -1,5 +1,7 @@
-// Host invariant checks. ATTNRT_DCHECK is on in Debug builds and in test builds
-// (ATTNRT_ENABLE_DCHECK); it aborts with file:line, and compiles to nothing otherwise.
+// Host invariant checks. ATTNRT_DCHECK is on where CMake's ATTNRT_DCHECKS is (default: Debug
+// builds; scripts/test.sh and the sanitizer, fuzz and GPU-check builds turn it on), which defines
+// ATTNRT_ENABLE_DCHECK; it aborts with file:line, and compiles to nothing otherwise. Only for
+// internal invariants: nothing a caller passes may reach one (callers get a Status).
 #pragma once
 
 #include <cstdio>

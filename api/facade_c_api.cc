@@ -8,7 +8,9 @@
 #include <string>
 #include <type_traits>
 
+#include <attnrt/log.h>
 #include <attnrt/runtime.h>
+#include <attnrt/version.h>
 
 struct attnrt_runtime {
   std::unique_ptr<attnrt::Runtime> rt;
@@ -204,6 +206,13 @@ attnrt_code attnrt_submit(attnrt_runtime* r, uint64_t id, int layer, int priorit
 
 void attnrt_drain(attnrt_runtime* r) {
   if (r != nullptr) r->rt->Drain();
+}
+
+const char* attnrt_version(void) { return attnrt::Version(); }
+
+attnrt_code attnrt_set_log_level(const char* level, char* error, size_t len) {
+  if (level == nullptr) return Report(attnrt::InvalidArgumentError("level is NULL"), error, len);
+  return Report(attnrt::SetLogLevel(level), error, len);
 }
 
 }  // extern "C"

@@ -1,7 +1,11 @@
 // The Runtime facade: an executor (CUDA when a device is present, else the CPU reference) behind
 // the batching scheduler. Everything here is wiring; the policy lives in scheduler/ and the work
-// in runtime/.
+// in runtime/. Built without CUDA (ATTNRT_WITH_CUDA=OFF), only the CPU executor exists.
+#include <attnrt/version.h>  // ATTNRT_WITH_CUDA
+
+#if ATTNRT_WITH_CUDA
 #include <cuda_runtime.h>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -10,12 +14,14 @@
 #include <utility>
 
 #include <attnrt/runtime.h>
-#include "api/internal/cuda_check.h"
-#include "kernels/decode.h"
+#include "api/internal/cuda_device.h"
+#include "kernels/variant_names.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
-#include "runtime/cuda_executor.h"
 #include "scheduler/scheduler.h"
+#if ATTNRT_WITH_CUDA
+#include "runtime/cuda_executor.h"
+#endif
 
 namespace attnrt {
 namespace {
@@ -168,6 +174,7 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // after executor_: destroyed first
 };
 
+#if ATTNRT_WITH_CUDA
 StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptions& o,
                                                              std::string* description) {
   runtime::CudaExecutorOptions co;
@@ -191,6 +198,13 @@ StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptio
                  ", path " + std::string(executor->active_path()) + ")";
   return std::unique_ptr<runtime::Executor>(std::move(executor));
 }
+#else
+StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptions&,
+                                                             std::string*) {
+  return UnavailableError("RuntimeOptions.device = kCuda: " + NoCudaDeviceReason() +
+                          "; use DeviceKind::kCpu or kAuto");
+}
+#endif
 
 StatusOr<std::unique_ptr<runtime::Executor>> MakeCpuExecutor(const RuntimeOptions& o,
                                                             std::string* description) {
@@ -218,10 +232,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   // Checked on every device, so a misspelt path fails the same way with or without a GPU (the
   // CPU executor always runs the reference).
   if (!options.decode_variant.empty()) {
-    auto variant = kernels::FindDecodeVariant(options.decode_variant);
-    if (!variant.ok()) {
+    if (Status known = kernels::CheckDecodeVariantName(options.decode_variant); !known.ok()) {
       return InvalidArgumentError("RuntimeOptions.decode_variant = '" + options.decode_variant +
-                                  "': " + variant.status().message());
+                                  "': " + known.message());
     }
   }
   const bool use_cuda = options.device == DeviceKind::kCuda ||

@@ -1,7 +1,12 @@
-// The library's logger (api/internal/log.h).
+// The library's logger (api/internal/log.h) and its public level control (<attnrt/log.h>).
 #include "api/internal/log.h"
 
+#include <attnrt/log.h>
+
+#include <array>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include <spdlog/cfg/env.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +26,28 @@ spdlog::logger& Logger() {
     return created;
   }();
   return *logger;
+}
+
+Status SetLogLevel(std::string_view level) {
+  using Level = spdlog::level::level_enum;
+  static constexpr std::array<std::pair<std::string_view, Level>, 8> kLevels = {{
+      {"trace", spdlog::level::trace},
+      {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},
+      {"warn", spdlog::level::warn},
+      {"warning", spdlog::level::warn},
+      {"error", spdlog::level::err},
+      {"critical", spdlog::level::critical},
+      {"off", spdlog::level::off},
+  }};
+  for (const auto& [name, value] : kLevels) {
+    if (name == level) {
+      Logger().set_level(value);
+      return Status::Ok();
+    }
+  }
+  return InvalidArgumentError("log level '" + std::string(level) + "' is not one of " +
+                              std::string(kLogLevelNames));
 }
 
 }  // namespace attnrt

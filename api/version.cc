@@ -1,5 +1,6 @@
+// The library's version: the one from project(VERSION), through the generated <attnrt/version.h>.
 #include <attnrt/version.h>
 
 namespace attnrt {
-const char* Version() { return "0.1.0"; }
+const char* Version() { return ATTNRT_VERSION_STRING; }
 }  // namespace attnrt

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "kernels/decode.h"
+#include "kernels/reference.h"
 #include "tests/support/paged_batch.h"
 
 namespace attnrt::kernels {

@@ -1,6 +1,8 @@
 # Every dependency comes from the distro (scripts/setup.sh installs them); nothing is vendored
 # and nothing is downloaded at configure time.
-find_package(CUDAToolkit REQUIRED)
+if(ATTNRT_WITH_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+endif()
 find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(Boost 1.74 REQUIRED)

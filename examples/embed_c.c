@@ -17,6 +17,10 @@ int main(int argc, char** argv) {
     printf("embed_c: one decode request through attnrt's C interface. Takes no options.\n");
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    printf("embed_c (attnrt %s)\n", attnrt_version());
+    return 0;
+  }
   static uint16_t k[PROMPT * KV_HEADS * HEAD_DIM], v[PROMPT * KV_HEADS * HEAD_DIM];
   static uint16_t q[HEADS * HEAD_DIM], out[HEADS * HEAD_DIM];
   for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); ++i) k[i] = v[i] = kHalfHalf;

@@ -5,11 +5,16 @@
 #include <vector>
 
 #include <attnrt/runtime.h>
+#include <attnrt/version.h>
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::printf("embed_minimal: one sequence, one decode request through the attnrt runtime.\n"
                 "Takes no options; prints the device used and the first output element.\n");
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("embed_minimal (attnrt %s)\n", attnrt::Version());
     return 0;
   }
   attnrt::RuntimeOptions options;

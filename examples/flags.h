@@ -1,6 +1,7 @@
 // Command-line flags for the example tools. A tool declares each flag once (name, destination,
 // help, range); parsing, --help (with the defaults) and error messages naming the flag and the
-// value all come from those declarations, so the help cannot drift from the parser.
+// value all come from those declarations, so the help cannot drift from the parser. Every tool
+// also answers --version (the library's version) and takes --log-level (the library's logger).
 #pragma once
 
 #include <cmath>
@@ -14,7 +15,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <attnrt/log.h>
 #include <attnrt/runtime.h>
+#include <attnrt/version.h>
 
 namespace attnrt::examples {
 
@@ -116,6 +119,24 @@ class FlagSet {
         PrintHelp();
         return 0;
       }
+      if (a == "--version") {
+        std::printf("%s (attnrt %s, %s)\n", tool_.c_str(), Version(),
+                    ATTNRT_WITH_CUDA ? "CUDA and CPU executors" : "CPU executor only");
+        return 0;
+      }
+      if (a == "--log-level") {
+        if (i + 1 >= argc) {
+          std::fprintf(stderr, "%s: %s needs a value (see --help)\n", tool_.c_str(), a.c_str());
+          return 2;
+        }
+        const std::string level = argv[++i];
+        if (const Status s = SetLogLevel(level); !s.ok()) {
+          std::fprintf(stderr, "%s: %s = '%s': %s\n", tool_.c_str(), a.c_str(), level.c_str(),
+                       s.message().c_str());
+          return 2;
+        }
+        continue;
+      }
       const Flag* f = Find(a);
       if (f == nullptr) {
         std::fprintf(stderr, "%s: unknown option %s (see --help)\n", tool_.c_str(), a.c_str());
@@ -148,6 +169,9 @@ class FlagSet {
                   f.is_switch || f.default_value.empty() ? ""
                                                          : (" (" + f.default_value + ")").c_str());
     }
+    std::printf("  %-26s the library's log level: %s (SPDLOG_LEVEL, else info)\n",
+                "--log-level LEVEL", std::string(kLogLevelNames).c_str());
+    std::printf("  %-26s the tool's and the library's version\n", "--version");
     std::printf("  %-26s this text\n", "--help");
     if (!footer_.empty()) std::printf("\n%s\n", footer_.c_str());
   }

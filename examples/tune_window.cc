@@ -21,9 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include <attnrt/version.h>  // ATTNRT_WITH_CUDA
 #include "bench/open_loop.h"
 #include "examples/flags.h"
-#include "api/internal/cuda_check.h"
+#include "api/internal/cuda_device.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cuda_executor.h"
@@ -240,6 +241,7 @@ int main(int argc, char** argv) {
   std::string device;
   const bool cuda = o.device == "cuda" || (o.device == "auto" && attnrt::CudaDeviceAvailable());
   if (cuda) {
+#if ATTNRT_WITH_CUDA
     attnrt::runtime::CudaExecutorOptions co;
     co.shape = shape;
     co.num_blocks = blocks_needed;
@@ -253,6 +255,11 @@ int main(int argc, char** argv) {
     }
     executor = std::move(*e);
     device = "CUDA executor";
+#else
+    std::fprintf(stderr, "tune_window: --device cuda: %s\n",
+                 attnrt::NoCudaDeviceReason().c_str());
+    return 1;
+#endif
   } else {
     attnrt::runtime::CpuExecutorOptions co;
     co.shape = shape;

@@ -16,20 +16,12 @@
 #include <attnrt/config.h>
 #include <attnrt/status.h>
 #include "kernels/gemm_path.h"
+#include "kernels/reference.h"
 #include "kernels/views.h"
 
 namespace attnrt::kernels {
 
-// ---- CPU reference ------------------------------------------------------------------------
-enum class ReferencePrecision { kFloat32, kFloat64 };
-
-// Writes each live row's k_new/v_new into its page (position kv_lengths[i] - 1). Host memory.
-void ReferenceAppendKv(const DecodeBatchView& batch, const KvPoolView& pools);
-// Decode attention for every live row over host pools (after the append): GQA, any head dim,
-// variable lengths. Writes out (FP16) and lse (if non-null). `out_f32`, if non-null, receives the
-// unrounded output [capacity][H][D] for tighter checks.
-void ReferenceDecode(const DecodeBatchView& batch, const KvPoolView& pools,
-                     ReferencePrecision precision, float* out_f32 = nullptr);
+// The CPU reference (ReferenceAppendKv, ReferenceDecode): kernels/reference.h.
 
 // ---- CUDA -----------------------------------------------------------------------------------
 // Append-KV kernel: writes each live row's new K/V into the device pools. A plan whose step is

@@ -9,6 +9,7 @@
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
 #include "kernels/gemm_path.h"
+#include "kernels/variant_names.h"
 
 namespace attnrt::kernels {
 namespace {
@@ -24,6 +25,16 @@ constexpr std::array<DecodeVariant, 4> kVariants = {{
     {SplitKvVariantName(kTensorCore), SplitKvSupports<kTensorCore>, MaxContextBucket,
      PlanSplitKvTuned<kTensorCore>, RunSplitKv<kTensorCore>},
 }};
+
+// The CUDA-free list of names (variant_names.h) is this table's, in order.
+constexpr bool NamesMatchTable() {
+  if (kVariants.size() != kDecodeVariantNames.size()) return false;
+  for (std::size_t i = 0; i < kVariants.size(); ++i) {
+    if (kVariants[i].name != kDecodeVariantNames[i]) return false;
+  }
+  return true;
+}
+static_assert(NamesMatchTable(), "kernels/variant_names.h must list the table's names in order");
 
 }  // namespace
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "api/check.h"
-#include "kernels/decode.h"
+#include "kernels/reference.h"
 
 namespace attnrt::kernels {
 namespace {

@@ -1,7 +1,11 @@
 // Backing memory of the K/V pools: host memory (aligned, zeroed) and device memory (cudaMalloc,
 // zeroed), both behind PoolMemory; and the capacity arithmetic (blocks per byte budget or per
-// fraction of free device memory).
+// fraction of free device memory). Built without CUDA, device pools answer Unavailable.
+#include <attnrt/version.h>  // ATTNRT_WITH_CUDA
+
+#if ATTNRT_WITH_CUDA
 #include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,9 +15,12 @@
 #include <limits>
 #include <string>
 
+#include "api/internal/cuda_device.h"
+#include "kvcache/kvcache.h"
+#if ATTNRT_WITH_CUDA
 #include "api/internal/cuda_check.h"
 #include "api/internal/log.h"
-#include "kvcache/kvcache.h"
+#endif
 
 namespace attnrt::kvcache {
 namespace {
@@ -142,19 +149,7 @@ class HostPoolMemory final : public PoolMemory {
   std::unique_ptr<void, FreeDeleter> v_;
 };
 
-// Why no CUDA device can be used, or "" where one can.
-std::string NoDeviceReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear it; nothing else should see it
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
-           cudaGetErrorString(err) + ")";
-  }
-  if (count == 0) return "cudaGetDeviceCount found 0 CUDA devices";
-  return "";
-}
-
+#if ATTNRT_WITH_CUDA
 // A cudaMalloc'd buffer, freed on destruction.
 class DeviceBuffer {
  public:
@@ -261,6 +256,7 @@ class DevicePoolMemory final : public PoolMemory {
   DeviceBuffer k_;
   DeviceBuffer v_;
 };
+#endif  // ATTNRT_WITH_CUDA
 
 }  // namespace
 
@@ -282,14 +278,18 @@ StatusOr<std::unique_ptr<PoolMemory>> MakeHostPoolMemory(std::size_t bytes_each)
 
 StatusOr<std::unique_ptr<PoolMemory>> MakeDevicePoolMemory(std::size_t bytes_each) {
   if (bytes_each == 0) return InvalidArgumentError("bytes_each = 0, expected > 0");
-  if (std::string reason = NoDeviceReason(); !reason.empty()) {
+  if (std::string reason = NoCudaDeviceReason(); !reason.empty()) {
     return UnavailableError("device KV pools need a CUDA device: " + reason);
   }
+#if ATTNRT_WITH_CUDA
   ATTNRT_ASSIGN_OR_RETURN(DeviceBuffer k, DeviceAlloc(bytes_each, "K"));
   ATTNRT_ASSIGN_OR_RETURN(DeviceBuffer v, DeviceAlloc(bytes_each, "V"));
   ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());  // the memsets are done before anyone reads
   return std::unique_ptr<PoolMemory>(
       std::make_unique<DevicePoolMemory>(bytes_each, std::move(k), std::move(v)));
+#else
+  return UnavailableError("unreachable: NoCudaDeviceReason() is never empty without CUDA");
+#endif
 }
 
 std::size_t BlockBytes(const ModelShape& shape) {
@@ -315,14 +315,18 @@ StatusOr<std::int32_t> BlocksForFreeDeviceMemory(const ModelShape& shape, double
     return InvalidArgumentError("fraction = " + std::to_string(fraction) +
                                 ", expected in (0, 1]");
   }
-  if (std::string reason = NoDeviceReason(); !reason.empty()) {
+  if (std::string reason = NoCudaDeviceReason(); !reason.empty()) {
     return UnavailableError("sizing KV pools from free device memory needs a CUDA device: " +
                             reason);
   }
+#if ATTNRT_WITH_CUDA
   std::size_t free_bytes = 0, total_bytes = 0;
   ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes));
   return BlocksForBudget(shape,
                          static_cast<std::size_t>(static_cast<double>(free_bytes) * fraction));
+#else
+  return UnavailableError("unreachable: NoCudaDeviceReason() is never empty without CUDA");
+#endif
 }
 
 }  // namespace attnrt::kvcache

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "api/internal/log.h"
-#include "kernels/decode.h"
+#include "kernels/reference.h"
 
 namespace attnrt::runtime {
 

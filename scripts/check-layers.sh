@@ -5,6 +5,7 @@
 #                     standard library: no CUDA header, no tree header, no third-party header
 #   api/ leaf sources include only api/ and the public headers
 #   <attnrt/runtime.h>, <attnrt/c_api.h> (the facade) only from api/, tests, bench, examples
+#   a file that tests ATTNRT_WITH_CUDA includes <attnrt/version.h>, which defines it
 #   kvcache/          includes api/ and kvcache/ only (never kernels/, runtime/, scheduler/)
 #   kernels/          includes api/ and kernels/ only
 #   runtime/          never includes scheduler/
@@ -13,7 +14,7 @@
 # attnrt_scheduler links runtime only through attnrt_executor_interface, and no CUDA library.
 # Usage: scripts/check-layers.sh [--help]. Exit 1 and one line per violation when any.
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 violations=0
@@ -53,13 +54,13 @@ public_header_check() {
     if is_cuda_header "$inc"; then
       report "$f (public) includes <$inc>: no CUDA header in a public header"
     elif [[ "$inc" == attnrt/* ]]; then
-      [ -f "include/$inc" ] || report "$f (public) includes <$inc>, which is not a public header"
+      [ -f "include/$inc" ] || [ -f "include/$inc.in" ] || report "$f (public) includes <$inc>, which is not a public header"
     elif [[ "$inc" == */* || "$inc" == concurrentqueue* ]]; then
       report "$f (public) includes <$inc>: not a public or standard header"
     fi
   done < <(system_includes "$f")
 }
-for f in include/attnrt/*.h; do public_header_check "$f"; done
+for f in include/attnrt/*.h include/attnrt/*.h.in; do [ -f "$f" ] && public_header_check "$f"; done
 [ -d api ] && for f in $(find api -maxdepth 1 -name '*.h'); do
   case "$f" in api/check.h) ;; *) report "$f: public headers live in include/attnrt/" ;; esac
 done
@@ -69,7 +70,16 @@ for f in $(sources kvcache) $(sources kernels) $(sources runtime) $(sources sche
     case "$inc" in attnrt/runtime.h|attnrt/c_api.h) report "$f includes <$inc>: the facade sits above every component" ;; esac
   done < <(system_includes "$f")
 done
-for f in api/status.cc api/config.cc; do [ -f "$f" ] && allowed "$f" 'api/*'; done
+# ATTNRT_WITH_CUDA is 0 or 1 from the generated <attnrt/version.h>: where it is not included,
+# "#if ATTNRT_WITH_CUDA" would silently read 0.
+for f in $(find api kvcache kernels runtime scheduler tests bench examples -type f \( -name '*.h' \
+             -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.c' \) | sort); do
+  if grep -q '^[[:space:]]*#[[:space:]]*if.*ATTNRT_WITH_CUDA' "$f" &&
+     ! system_includes "$f" | grep -qx 'attnrt/version.h'; then
+    report "$f tests ATTNRT_WITH_CUDA without including <attnrt/version.h>"
+  fi
+done
+for f in api/status.cc api/config.cc api/version.cc api/cuda_device.cc; do [ -f "$f" ] && allowed "$f" 'api/*'; done
 for f in api/internal/*.h; do allowed "$f" 'api/*'; done
 for f in $(sources kvcache); do allowed "$f" 'api/*' 'kvcache/*'; done
 for f in $(sources kernels); do allowed "$f" 'api/*' 'kernels/*'; done

@@ -54,7 +54,7 @@ san+=" -fno-omit-frame-pointer -g"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CUDA_HOST_COMPILER=clang++ \
   -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" \
-  -DATTNRT_FUZZ=ON -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_EXAMPLES=OFF \
+  -DATTNRT_FUZZ=ON -DATTNRT_DCHECKS=ON -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_EXAMPLES=OFF \
   "-DCMAKE_C_FLAGS=$san" "-DCMAKE_CXX_FLAGS=$san" >/dev/null
 cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" --target attnrt_fuzz
 

@@ -60,7 +60,7 @@ run_one() {
   # back no CPU test: neither is built.
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     -DCMAKE_CXX_FLAGS_RELEASE="-Og -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-Og -DNDEBUG" \
-    -DATTNRT_SANITIZE="$sanitize" -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_KERNEL_GPU_TESTS=OFF \
+    -DATTNRT_SANITIZE="$sanitize" -DATTNRT_DCHECKS=ON -DATTNRT_BUILD_BENCH=OFF -DATTNRT_BUILD_KERNEL_GPU_TESTS=OFF \
     -DATTNRT_BUILD_TESTS=ON -DATTNRT_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$build" -j "$jobs"
   log "built in $((SECONDS - start)) s"

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <attnrt/status.h>
+#include "api/internal/cuda_device.h"  // CudaDeviceAvailable, for the files that include this
 
 namespace attnrt {
 
@@ -22,12 +23,6 @@ inline Status CublasStatus(cublasStatus_t err, const char* expr, const char* fil
   if (err == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   return InternalError(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
                        ": " + cublasGetStatusName(err) + " (" + cublasGetStatusString(err) + ")");
-}
-
-// True where a CUDA device is usable (tests skip GPU cases otherwise).
-inline bool CudaDeviceAvailable() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
 }  // namespace attnrt

@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <attnrt/export.h>
+#include <attnrt/version.h> /* ATTNRT_VERSION_STRING, ATTNRT_WITH_CUDA */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,39 +52,47 @@ typedef void (*attnrt_done_fn)(void* user, attnrt_code code, const char* message
                                const uint16_t* out);
 
 /* Fills the defaults of RuntimeOptions (a 32-head, D=128 shape; set the shape fields). */
-void attnrt_options_init(attnrt_options* options);
+ATTNRT_EXPORT void attnrt_options_init(attnrt_options* options);
 
 /* Each call returns ATTNRT_OK or an error code; on error, when `error` is not NULL, the message
  * (naming the bad field and value) is copied there, truncated to error_len - 1 characters. */
-attnrt_code attnrt_create(const attnrt_options* options, attnrt_runtime** runtime, char* error,
-                          size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_create(const attnrt_options* options, attnrt_runtime** runtime,
+                                        char* error, size_t error_len);
 /* Finishes admitted requests (their callbacks run), then frees the runtime. NULL is a no-op. */
-void attnrt_destroy(attnrt_runtime* runtime);
+ATTNRT_EXPORT void attnrt_destroy(attnrt_runtime* runtime);
 
-attnrt_code attnrt_create_sequence(attnrt_runtime* runtime, uint64_t id, char* error,
-                                   size_t error_len);
-attnrt_code attnrt_fork_sequence(attnrt_runtime* runtime, uint64_t parent, uint64_t child,
-                                 char* error, size_t error_len);
-attnrt_code attnrt_free_sequence(attnrt_runtime* runtime, uint64_t id, char* error,
-                                 size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_create_sequence(attnrt_runtime* runtime, uint64_t id, char* error,
+                                                 size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_fork_sequence(attnrt_runtime* runtime, uint64_t parent,
+                                               uint64_t child, char* error, size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_free_sequence(attnrt_runtime* runtime, uint64_t id, char* error,
+                                               size_t error_len);
 /* k and v: [num_tokens][Hkv][D]. */
-attnrt_code attnrt_prefill(attnrt_runtime* runtime, uint64_t id, int layer, int num_tokens,
-                           const uint16_t* k, const uint16_t* v, char* error, size_t error_len);
-attnrt_code attnrt_sequence_length(attnrt_runtime* runtime, uint64_t id, int layer, int* length,
-                                   char* error, size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_prefill(attnrt_runtime* runtime, uint64_t id, int layer,
+                                         int num_tokens, const uint16_t* k, const uint16_t* v,
+                                         char* error, size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_sequence_length(attnrt_runtime* runtime, uint64_t id, int layer,
+                                                 int* length, char* error, size_t error_len);
 
 /* One decode step, blocking until its result: q [H][D], k and v [Hkv][D], out [H][D]. */
-attnrt_code attnrt_decode(attnrt_runtime* runtime, uint64_t id, int layer, const uint16_t* q,
-                          const uint16_t* k, const uint16_t* v, uint16_t* out, char* error,
-                          size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_decode(attnrt_runtime* runtime, uint64_t id, int layer,
+                                        const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                        uint16_t* out, char* error, size_t error_len);
 /* The same, asynchronous: q/k/v are copied before it returns; `done` runs exactly once if (and
  * only if) this returns ATTNRT_OK. */
-attnrt_code attnrt_submit(attnrt_runtime* runtime, uint64_t id, int layer, int priority,
-                          const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                          attnrt_done_fn done, void* user, char* error, size_t error_len);
+ATTNRT_EXPORT attnrt_code attnrt_submit(attnrt_runtime* runtime, uint64_t id, int layer,
+                                        int priority, const uint16_t* q, const uint16_t* k,
+                                        const uint16_t* v, attnrt_done_fn done, void* user,
+                                        char* error, size_t error_len);
 
 /* Blocks until every admitted request has completed; later submits fail with UNAVAILABLE. */
-void attnrt_drain(attnrt_runtime* runtime);
+ATTNRT_EXPORT void attnrt_drain(attnrt_runtime* runtime);
+
+/* The version of the library linked at run time ("0.1.0"); the header's: ATTNRT_VERSION_STRING. */
+ATTNRT_EXPORT const char* attnrt_version(void);
+/* Sets the level of the library's logger ("attnrt"): "trace", "debug", "info", "warn", "error",
+ * "critical" or "off". ATTNRT_INVALID_ARGUMENT naming the level otherwise. */
+ATTNRT_EXPORT attnrt_code attnrt_set_log_level(const char* level, char* error, size_t error_len);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include <attnrt/export.h>
 #include <attnrt/status.h>
 
 namespace attnrt {
@@ -12,7 +13,7 @@ namespace attnrt {
 using SequenceId = std::uint64_t;
 
 // The attention shape of one model. H = G * Hkv (GQA group size G).
-struct ModelShape {
+struct ATTNRT_EXPORT ModelShape {
   int num_layers = 1;
   int num_q_heads = 32;   // H
   int num_kv_heads = 32;  // Hkv; H % Hkv == 0

@@ -8,6 +8,8 @@
 #include <utility>
 #include <variant>
 
+#include <attnrt/export.h>
+
 namespace attnrt {
 
 enum class StatusCode {
@@ -24,7 +26,7 @@ enum class StatusCode {
   kUnimplemented,
 };
 
-std::string_view StatusCodeName(StatusCode code);
+ATTNRT_EXPORT std::string_view StatusCodeName(StatusCode code);
 
 class [[nodiscard]] Status {
  public:
@@ -37,7 +39,7 @@ class [[nodiscard]] Status {
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
   // "InvalidArgument: q has 4096 elements, expected H*D = 8192" or "OK".
-  std::string ToString() const;
+  ATTNRT_EXPORT std::string ToString() const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;
@@ -48,16 +50,16 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-Status InvalidArgumentError(std::string message);
-Status NotFoundError(std::string message);
-Status AlreadyExistsError(std::string message);
-Status ResourceExhaustedError(std::string message);
-Status FailedPreconditionError(std::string message);
-Status UnavailableError(std::string message);
-Status DeadlineExceededError(std::string message);
-Status CancelledError(std::string message);
-Status InternalError(std::string message);
-Status UnimplementedError(std::string message);
+ATTNRT_EXPORT Status InvalidArgumentError(std::string message);
+ATTNRT_EXPORT Status NotFoundError(std::string message);
+ATTNRT_EXPORT Status AlreadyExistsError(std::string message);
+ATTNRT_EXPORT Status ResourceExhaustedError(std::string message);
+ATTNRT_EXPORT Status FailedPreconditionError(std::string message);
+ATTNRT_EXPORT Status UnavailableError(std::string message);
+ATTNRT_EXPORT Status DeadlineExceededError(std::string message);
+ATTNRT_EXPORT Status CancelledError(std::string message);
+ATTNRT_EXPORT Status InternalError(std::string message);
+ATTNRT_EXPORT Status UnimplementedError(std::string message);
 
 // Holds either a value or a non-OK Status.
 template <typename T>

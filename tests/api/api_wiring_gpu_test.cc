@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <attnrt/runtime.h>
-#include "api/internal/cuda_check.h"
+#include "api/internal/cuda_device.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
 #include "tests/support/runtime_test_support.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/decode.h"
+#include "kernels/reference.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random_fp16.h"
 

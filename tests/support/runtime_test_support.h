@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "api/internal/cuda_check.h"
+#include "api/internal/cuda_device.h"
 #include <attnrt/runtime.h>
 #include "tests/support/random_fp16.h"
 
@@ -44,7 +44,8 @@ class RuntimeDeviceTest : public ::testing::TestWithParam<DeviceKind> {
  protected:
   void SetUp() override {
     if (GetParam() == DeviceKind::kCuda && !CudaDeviceAvailable()) {
-      GTEST_SKIP() << "no CUDA device: the CUDA executor case needs a GPU";
+      GTEST_SKIP() << "no CUDA device (" << NoCudaDeviceReason()
+                   << "): the CUDA executor case needs a GPU";
     }
     options_ = SmallRuntimeOptions(GetParam());
   }
