@@ -28,10 +28,10 @@
 #include <vector>
 
 #include <attnrt/runtime.h>
-#include "bench/open_loop.h"
 #include "api/internal/cuda_check.h"
 #include "runtime/cuda_executor.h"
 #include "tests/support/random_fp16.h"
+#include "tools/open_loop.h"
 
 namespace attnrt::bench {
 namespace {
@@ -433,30 +433,31 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   // Every sequence starts at kContext tokens.
   {
     std::mt19937_64 rng(9);
-    const std::vector<Half> kv = UniformHalves(rng, std::size_t(kContext) * shape.kv_token_elems());
+    const std::vector<Half> kv =
+        tools::UniformHalves(rng, std::size_t(kContext) * shape.kv_token_elems());
     for (int s = 0; s < kSequences; ++s) {
       if (!(*ex)->CreateSequence(s).ok()) Die("CreateSequence");
       const Status p = (*ex)->Prefill(s, 0, kContext, kv.data(), kv.data());
       if (!p.ok()) Die("Prefill: " + p.ToString());
     }
   }
-  auto cap = MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
+  auto cap = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
   if (!cap.ok()) Die("capacity: " + cap.status().ToString());
   auto run = [&](double rate) {
-    OpenLoopConfig c;
+    tools::OpenLoopConfig c;
     c.rate_per_s = rate;
     c.window = std::chrono::microseconds(kWindowUs);
     c.max_batch = batch;
     c.duration_s = duration_s;
     c.num_sequences = kSequences;
     c.producers = 4;
-    auto r = RunOpenLoop(c, ex->get());
+    auto r = tools::RunOpenLoop(c, ex->get());
     if (!r.ok()) Die("open loop: " + r.status().ToString());
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
     return *r;
   };
-  const OpenLoopResult sat = run(1.5 * cap->throughput_per_s);
-  const OpenLoopResult loaded = run(0.7 * cap->throughput_per_s);
+  const tools::OpenLoopResult sat = run(1.5 * cap->throughput_per_s);
+  const tools::OpenLoopResult loaded = run(0.7 * cap->throughput_per_s);
   Saturation s;
   s.capacity = cap->throughput_per_s;
   s.step_us = cap->step_us;

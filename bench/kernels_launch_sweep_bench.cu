@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "bench/gpu_bench_util.h"
-#include "examples/flags.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
+#include "tools/flags.h"
 
 namespace attnrt::bench {
 namespace {
@@ -161,7 +161,7 @@ struct Pick {
 int Run(int argc, char** argv) {
   std::string table_out, json_out, commit;
   bool quick = false;
-  examples::FlagSet flags(
+  tools::FlagSet flags(
       "kernels_launch_sweep_bench",
       "Study 4: sweeps the split_kv kernel's launch configuration (warps per CTA, split target,\n"
       "shortest split) per (head dim, group, batch, context) on this GPU, prints the best per\n"
@@ -170,7 +170,7 @@ int Run(int argc, char** argv) {
   flags.String("--json-out", &json_out, "write every timing and pick here as JSON");
   flags.String("--commit", &commit, "commit recorded in the outputs (the device copy has no .git)");
   flags.Bool("--quick", &quick, "two small families and two contexts (a smoke run, ~10 s)");
-  if (const int rc = flags.Parse(argc, argv); rc != examples::FlagSet::kContinue) return rc;
+  if (const int rc = flags.Parse(argc, argv); rc != tools::FlagSet::kContinue) return rc;
 
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {

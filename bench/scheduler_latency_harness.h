@@ -1,4 +1,4 @@
-// Registers the open-loop latency grid (bench/open_loop.h) as Google Benchmarks: used by
+// Registers the open-loop latency grid (tools/open_loop.h) as Google Benchmarks: used by
 // bench/scheduler_latency_bench.cc with the FakeExecutor; a GPU benchmark registers the same grid
 // with a CUDA executor factory (RegisterLatencyGrid).
 #pragma once
@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "bench/open_loop.h"
+#include "tools/open_loop.h"
 
 namespace attnrt::bench {
 
 // Registers one Google Benchmark per (rate, window, max batch): name
 // "<prefix>/rate:<r>/window_us:<w>/max_batch:<b>", one iteration each, manual time = elapsed.
-inline void RegisterLatencyGrid(const std::string& prefix, ExecutorFactory factory,
+inline void RegisterLatencyGrid(const std::string& prefix, tools::ExecutorFactory factory,
                                 std::vector<double> rates, std::vector<int> windows_us,
                                 std::vector<int> max_batches, double duration_s) {
   for (int b : max_batches) {
@@ -26,7 +26,7 @@ inline void RegisterLatencyGrid(const std::string& prefix, ExecutorFactory facto
         benchmark::RegisterBenchmark(
             name.c_str(),
             [=](benchmark::State& state) {
-              OpenLoopConfig config;
+              tools::OpenLoopConfig config;
               config.rate_per_s = rate;
               config.window = std::chrono::microseconds(w);
               config.max_batch = b;
@@ -34,7 +34,7 @@ inline void RegisterLatencyGrid(const std::string& prefix, ExecutorFactory facto
               std::shared_ptr<runtime::Executor> executor =
                   factory(b, config.num_sequences);
               for (auto _ : state) {
-                auto r = RunOpenLoop(config, executor.get());
+                auto r = tools::RunOpenLoop(config, executor.get());
                 if (!r.ok()) {
                   state.SkipWithError(r.status().ToString().c_str());
                   return;

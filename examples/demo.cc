@@ -18,7 +18,7 @@
 #include <vector>
 
 #include <attnrt/runtime.h>
-#include "examples/flags.h"
+#include "tools/flags.h"
 
 namespace {
 
@@ -43,11 +43,11 @@ struct DemoOptions {
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
 int ParseArgs(int argc, char** argv, DemoOptions* o) {
   std::string device = "auto";
-  attnrt::examples::FlagSet flags(
+  attnrt::tools::FlagSet flags(
       "demo",
       "demo: batched paged decode attention through the attnrt runtime, checked against a\n"
       "dense FP64 reference.");
-  flags.Choice("--device", &device, attnrt::examples::DeviceChoices(),
+  flags.Choice("--device", &device, attnrt::tools::DeviceChoices(),
                "executor (auto: CUDA when a GPU is present)");
   flags.Int("--threads", &o->threads, "submitting threads", 1, 1024);
   flags.Int("--sequences", &o->sequences, "sequences", 1, 1 << 20);
@@ -61,7 +61,7 @@ int ParseArgs(int argc, char** argv, DemoOptions* o) {
   flags.Int("--window-us", &o->window_us, "batching window: max queue delay in us");
   flags.Int("--max-batch", &o->max_batch, "max batch size", 1, 1 << 16);
   const int rc = flags.Parse(argc, argv);
-  o->device = attnrt::examples::ToDeviceKind(device);
+  o->device = attnrt::tools::ToDeviceKind(device);
   return rc;
 }
 
@@ -123,7 +123,7 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   DemoOptions o;
-  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
+  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) {
     return rc;
   }
 

@@ -36,8 +36,8 @@
 
 #include <attnrt/half.h>
 #include <attnrt/status.h>
-#include "examples/flags.h"
 #include "examples/tcp_protocol.h"
+#include "tools/flags.h"
 
 namespace {
 
@@ -76,7 +76,7 @@ struct LoadOptions {
 
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
 int ParseArgs(int argc, char** argv, LoadOptions* o) {
-  attnrt::examples::FlagSet flags(
+  attnrt::tools::FlagSet flags(
       "loadgen_tcp",
       "loadgen_tcp: open-loop Poisson decode load for serve_tcp, with optional verification.");
   flags.String("--host", &o->host, "server address; non-loopback needs --allow-remote");
@@ -106,7 +106,7 @@ int ParseArgs(int argc, char** argv, LoadOptions* o) {
              "the server may end the stream mid-run (drain): stop sending, count what is still "
              "unanswered, and fail only on wrong or lost replies (a reset)");
   flags.Footer("With --sequences 0 or --duration 0 no load runs (e.g. only --shutdown-server).");
-  if (const int rc = flags.Parse(argc, argv); rc != attnrt::examples::FlagSet::kContinue) {
+  if (const int rc = flags.Parse(argc, argv); rc != attnrt::tools::FlagSet::kContinue) {
     return rc;
   }
   if (o->port == 0) {
@@ -117,7 +117,7 @@ int ParseArgs(int argc, char** argv, LoadOptions* o) {
     std::fprintf(stderr, "loadgen_tcp: --rate and --context must be > 0 for a load run\n");
     return 2;
   }
-  return attnrt::examples::FlagSet::kContinue;
+  return attnrt::tools::FlagSet::kContinue;
 }
 
 // Exits the process if the run outlives its bound (see kWatchdogSlackS).
@@ -687,7 +687,7 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   LoadOptions o;
-  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
+  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) {
     return rc;
   }
   Watchdog watchdog(o.duration_s + o.drain_timeout_s + kWatchdogSlackS);

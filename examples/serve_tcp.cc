@@ -71,8 +71,8 @@
 #include <boost/asio.hpp>
 
 #include <attnrt/runtime.h>
-#include "examples/flags.h"
 #include "examples/tcp_protocol.h"
+#include "tools/flags.h"
 
 namespace {
 
@@ -125,13 +125,13 @@ struct ServerOptions {
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
 int ParseArgs(int argc, char** argv, ServerOptions* o) {
   std::string device = "auto";
-  attnrt::examples::FlagSet flags(
+  attnrt::tools::FlagSet flags(
       "serve_tcp",
       "serve_tcp: the attnrt runtime behind a TCP server (Boost.Asio). Protocol: little-endian\n"
       "frames {magic, version, type, request id, payload length} carrying CreateSequence,\n"
       "Prefill, Decode (pipelined; responses by request id, any order), Info and Shutdown;\n"
       "see examples/tcp_protocol.h. Prints 'serve_tcp: listening on ADDRESS:PORT (DEVICE)'.");
-  flags.Choice("--device", &device, attnrt::examples::DeviceChoices(),
+  flags.Choice("--device", &device, attnrt::tools::DeviceChoices(),
                "executor (auto: CUDA when a GPU is present)");
   flags.String("--bind", &o->bind, "address to listen on; non-loopback needs --allow-remote");
   flags.Int("--port", &o->port, "port; 0 picks a free one (printed in the banner)", 0, 65535);
@@ -168,7 +168,7 @@ int ParseArgs(int argc, char** argv, ServerOptions* o) {
             "a closing connection's time to write its last replies; then it is closed and they "
             "count as dropped", 1, 3600);
   const int rc = flags.Parse(argc, argv);
-  o->device = attnrt::examples::ToDeviceKind(device);
+  o->device = attnrt::tools::ToDeviceKind(device);
   return rc;
 }
 
@@ -890,7 +890,7 @@ int main(int argc, char** argv) {
   // what it holds; a fixed threshold gives them back to the system when freed.
   mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   ServerOptions o;
-  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) {
+  if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) {
     return rc;
   }
 

@@ -7,7 +7,7 @@
 // measures the executor's kernel-only capacity at batch B and checks the scheduler against it
 // (throughput at saturation, p99 at 70% load).
 // Exit codes: 0 done; 1 a run failed, requests included (any request that does not complete OK
-// with a plausible output, bench/open_loop.h; load shed by Submit with ResourceExhausted under
+// with a plausible output, tools/open_loop.h; load shed by Submit with ResourceExhausted under
 // overload is expected, reported and never recommended): the tool says why and recommends
 // nothing; 2 bad flags; 3 a criterion missed.
 #include <algorithm>
@@ -22,12 +22,12 @@
 #include <vector>
 
 #include <attnrt/version.h>  // ATTNRT_WITH_CUDA
-#include "bench/open_loop.h"
-#include "examples/flags.h"
 #include "api/internal/cuda_device.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cuda_executor.h"
+#include "tools/flags.h"
+#include "tools/open_loop.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ struct ToolOptions {
   std::vector<int> max_batches = {8, 32, 128};
   double duration_s = 0.5;
   double p99_slo_us = 2000;
-  int max_queue_size = attnrt::bench::OpenLoopConfig{}.max_queue_size;
+  int max_queue_size = attnrt::tools::OpenLoopConfig{}.max_queue_size;
   int heads = 32, kv_heads = 8, head_dim = 128, block_size = 16;
   int context = 512;
   int sequences = 1024;
@@ -61,9 +61,9 @@ struct ToolOptions {
 
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
 int Parse(int argc, char** argv, ToolOptions* o) {
-  attnrt::examples::FlagSet flags(
+  attnrt::tools::FlagSet flags(
       "tune_window", "tune_window: sweep the batching window under open-loop load and recommend a setting.");
-  flags.Choice("--device", &o->device, attnrt::examples::DeviceChoices(),
+  flags.Choice("--device", &o->device, attnrt::tools::DeviceChoices(),
                "executor (auto: CUDA when a GPU is present)");
   flags.List("--rates", &o->rates, "offered loads in requests/s");
   flags.List("--windows-us", &o->windows_us, "max_queue_delay values in us");
@@ -111,11 +111,11 @@ int Parse(int argc, char** argv, ToolOptions* o) {
 }
 
 // One open-loop run at (rate, window, max batch) with the tool's duration and sequences.
-attnrt::StatusOr<attnrt::bench::OpenLoopResult> RunPoint(const ToolOptions& o,
+attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
                                                          attnrt::runtime::Executor* executor,
                                                          double rate, int window_us,
                                                          int max_batch) {
-  attnrt::bench::OpenLoopConfig c;
+  attnrt::tools::OpenLoopConfig c;
   c.rate_per_s = rate;
   c.window = std::chrono::microseconds(window_us);
   c.max_batch = max_batch;
@@ -124,11 +124,11 @@ attnrt::StatusOr<attnrt::bench::OpenLoopResult> RunPoint(const ToolOptions& o,
   c.max_queue_size = o.max_queue_size;
   c.producers = o.producers;
   c.check_outputs = true;  // the prefill below holds values in [-1, 1]
-  return attnrt::bench::RunOpenLoop(c, executor);
+  return attnrt::tools::RunOpenLoop(c, executor);
 }
 
 // True, after printing why, when requests of the run `what` failed: its numbers are no result.
-bool ReportFailedRequests(const attnrt::bench::OpenLoopResult& r, const std::string& what) {
+bool ReportFailedRequests(const attnrt::tools::OpenLoopResult& r, const std::string& what) {
   if (r.failures() == 0) return false;
   std::fprintf(stderr,
                "tune_window: FAILED: requests failed in the run at %s: %lld failed, %lld "
@@ -205,14 +205,14 @@ class FailureInjectingExecutor final : public attnrt::runtime::Executor {
 struct Point {
   double rate;
   int window_us, max_batch;
-  attnrt::bench::OpenLoopResult r;
+  attnrt::tools::OpenLoopResult r;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   ToolOptions o;
-  if (const int rc = Parse(argc, argv, &o); rc != attnrt::examples::FlagSet::kContinue) return rc;
+  if (const int rc = Parse(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) return rc;
 
   int max_batch = 0;
   for (int b : o.max_batches) max_batch = std::max(max_batch, b);
@@ -286,7 +286,7 @@ int main(int argc, char** argv) {
   {
     // Values in [-1, 1], as the open-loop runs' output check needs (RunPoint).
     std::mt19937_64 rng(12345);
-    const std::vector<Half> kv = attnrt::bench::UniformHalves(
+    const std::vector<Half> kv = attnrt::tools::UniformHalves(
         rng, static_cast<std::size_t>(o.context) * shape.kv_token_elems());
     for (int s = 0; s < o.sequences; ++s) {
       attnrt::Status st = executor->CreateSequence(s);
@@ -355,7 +355,7 @@ int main(int argc, char** argv) {
   if (o.criteria_batch > 0) {
     const int b = o.criteria_batch;
     const int w = o.criteria_window_us;
-    auto cap = attnrt::bench::MeasureExecutorCapacity(executor.get(), b, o.sequences, o.duration_s);
+    auto cap = attnrt::tools::MeasureExecutorCapacity(executor.get(), b, o.sequences, o.duration_s);
     if (!cap.ok()) {
       std::fprintf(stderr, "tune_window: FAILED: capacity run: %s\n",
                    cap.status().ToString().c_str());
@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(loaded->rejected));
     // Where the time went (scheduler metrics): submit -> dispatch, and executor Submit -> done
     // per batch (which includes waiting behind the batches already in flight).
-    for (const auto& [name, r] : {std::pair<const char*, const attnrt::bench::OpenLoopResult*>{
+    for (const auto& [name, r] : {std::pair<const char*, const attnrt::tools::OpenLoopResult*>{
                                       "saturation", &*saturated},
                                   {"70% load", &*loaded}}) {
       std::printf("    %-10s queue delay p50 %.0f / p99 %.0f us, executor time per batch p50 %.0f us\n",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails on any dependency arrow the design forbids (shared/ARCHITECTURE.md), from the tree's
+# Fails on any dependency arrow the design forbids (the layers below), from the tree's
 # `#include` lines and its CMake link lines:
 #   include/attnrt/*.h (public, installed) include only <attnrt/...> public headers and the
 #                     standard library: no CUDA header, no tree header, no third-party header
@@ -10,6 +10,7 @@
 #   kernels/          includes api/ and kernels/ only
 #   runtime/          never includes scheduler/
 #   scheduler/        includes api/, scheduler/ and runtime/executor.h only; no CUDA header
+#   bench/, examples/ never include each other's files: what they share lives in tools/
 # and the same for the CMake targets: attnrt_kvcache and attnrt_kernels link no other component,
 # attnrt_scheduler links runtime only through attnrt_executor_interface, and no CUDA library.
 # Usage: scripts/check-layers.sh [--help]. Exit 1 and one line per violation when any.
@@ -91,6 +92,14 @@ done
 for f in $(sources scheduler); do
   allowed "$f" 'api/*' 'scheduler/*' 'runtime/executor.h' 'concurrentqueue.h'
   no_cuda "$f"
+done
+for f in $(find bench examples tools -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | sort); do
+  for inc in $(includes "$f"); do
+    case "$f:$inc" in
+      bench/*:examples/*|examples/*:bench/*|tools/*:bench/*|tools/*:examples/*)
+        report "$f includes \"$inc\": bench/ and examples/ share code through tools/" ;;
+    esac
+  done
 done
 
 # CMake: the link line of a component (its attnrt_link / target_link_libraries arguments).

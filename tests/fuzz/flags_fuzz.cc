@@ -15,11 +15,11 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "examples/flags.h"
+#include "tools/flags.h"
 
 namespace {
 
-using attnrt::examples::FlagSet;
+using attnrt::tools::FlagSet;
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "flags_fuzz: %s\n", what.c_str());  // the real stderr: see Capture
@@ -109,7 +109,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
   std::string inject_failure_kind = "error";
 
   void Declare(CheckedFlags& f) {
-    f.Choice("--device", &device, attnrt::examples::DeviceChoices(), "executor");
+    f.Choice("--device", &device, attnrt::tools::DeviceChoices(), "executor");
     f.List("--rates", &rates, "offered loads in requests/s");
     f.List("--windows-us", &windows_us, "max_queue_delay values in us");
     f.List("--max-batches", &max_batches, "max_batch_size values");
@@ -144,7 +144,7 @@ struct ServeTcpOptions {  // examples/serve_tcp.cc
   int frame_timeout_ms = 30000, close_linger_ms = 2000, drain_timeout_s = 10;
 
   void Declare(CheckedFlags& f) {
-    f.Choice("--device", &device, attnrt::examples::DeviceChoices(), "executor");
+    f.Choice("--device", &device, attnrt::tools::DeviceChoices(), "executor");
     f.String("--bind", &bind, "address to listen on");
     f.Int("--port", &port, "port", 0, 65535);
     f.Bool("--allow-remote", &allow_remote, "allow a non-loopback --bind");
@@ -210,7 +210,7 @@ struct DemoOptions {  // examples/demo.cc
   int kv_heads = 8, head_dim = 128, block_size = 16, window_us = 200, max_batch = 32;
 
   void Declare(CheckedFlags& f) {
-    f.Choice("--device", &device, attnrt::examples::DeviceChoices(), "executor");
+    f.Choice("--device", &device, attnrt::tools::DeviceChoices(), "executor");
     f.Int("--threads", &threads, "submitting threads", 1, 1024);
     f.Int("--sequences", &sequences, "sequences", 1, 1 << 20);
     f.Int("--layers", &layers, "layers", 1, 1024);

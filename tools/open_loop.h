@@ -1,8 +1,9 @@
 // Open-loop load against the scheduler over any runtime::Executor: Poisson arrivals at a fixed
 // rate (one generator thread; a request's latency runs from its *intended* arrival time, so a
 // stalled generator cannot hide queueing: no coordinated omission) for a fixed duration, then
-// achieved batch size, p50/p99/p999 latency and throughput. Shared by the latency benchmark
-// (bench/scheduler_latency_harness.h) and the window-tuning tool (examples/tune_window.cc).
+// achieved batch size, p50/p99/p999 latency and throughput. Shared (attnrt_loadgen, tools/) by the
+// latency benchmarks (bench/scheduler_latency_harness.h, bench/api_host_path_bench.cu) and the
+// window-tuning tool (examples/tune_window.cc).
 // Every request is accounted for: shed load (the one expected refusal) apart from failures
 // (see OpenLoopResult), which a caller must not report as a result.
 #pragma once
@@ -26,7 +27,7 @@
 #include "runtime/executor.h"
 #include "scheduler/scheduler.h"
 
-namespace attnrt::bench {
+namespace attnrt::tools {
 
 struct OpenLoopConfig {
   double rate_per_s = 10'000;                // offered load
@@ -390,4 +391,4 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   return r;
 }
 
-}  // namespace attnrt::bench
+}  // namespace attnrt::tools

@@ -1,7 +1,8 @@
-// Command-line flags for the example tools. A tool declares each flag once (name, destination,
-// help, range); parsing, --help (with the defaults) and error messages naming the flag and the
-// value all come from those declarations, so the help cannot drift from the parser. Every tool
-// also answers --version (the library's version) and takes --log-level (the library's logger).
+// Command-line flags of the tools (examples and benchmarks share it: attnrt_flags). A tool
+// declares each flag once (name, destination, help, range); parsing, --help (with the defaults)
+// and error messages naming the flag and the value all come from those declarations, so the help
+// cannot drift from the parser. Every tool also answers --version (the library's version) and
+// takes --log-level (the library's logger).
 #pragma once
 
 #include <cmath>
@@ -19,7 +20,7 @@
 #include <attnrt/runtime.h>
 #include <attnrt/version.h>
 
-namespace attnrt::examples {
+namespace attnrt::tools {
 
 class FlagSet {
  public:
@@ -220,4 +221,4 @@ inline DeviceKind ToDeviceKind(const std::string& name) {
   return name == "cuda" ? DeviceKind::kCuda : name == "cpu" ? DeviceKind::kCpu : DeviceKind::kAuto;
 }
 
-}  // namespace attnrt::examples
+}  // namespace attnrt::tools
