@@ -86,7 +86,10 @@ class RuntimeImpl final : public Runtime {
                                   " elements, expected num_tokens*Hkv*D = " +
                                   std::to_string(expected));
     }
-    if (check_finite_) {
+    // A count past max_context cannot fit: the executor refuses it (after NotFound for an
+    // unknown sequence) without reading K/V, and so does the finite scan, since such a count's
+    // buffers need not be that long (the C API takes raw pointers and the count).
+    if (check_finite_ && num_tokens <= shape().max_context) {
       for (const auto& [name, values] : {std::pair{"k", k}, std::pair{"v", v}}) {
         for (std::size_t i = 0; i < values.size(); ++i) {
           if ((values[i].bits & 0x7c00u) == 0x7c00u) {  // exponent all ones: Inf or NaN

@@ -171,6 +171,29 @@ TEST(CApiTest, NullArgumentsAreNamed) {
 
 // Fork shares the parent's prefix; afterwards parent and child each see only their own tokens.
 // Free releases the id (later calls answer NOT_FOUND naming it) without touching the child.
+// A token count past max_context is refused before any K/V is read: the C caller's buffers
+// need only hold what could fit (found by c_api_fuzz: the finite scan read num_tokens tokens
+// first; under ASan this test would report the overread).
+TEST(CApiTest, PrefillPastMaxContextIsRefusedBeforeReadingKv) {
+  attnrt_options o = SmallOptions();
+  const ModelShape shape = ShapeOf(o);
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  ASSERT_EQ(attnrt_create_sequence(rt, 5, error, sizeof(error)), ATTNRT_OK) << error;
+  testing::NormalRng rng(34);
+  auto k = Normal(rng, shape.kv_token_elems()), v = Normal(rng, shape.kv_token_elems());
+  for (int n : {o.max_context + 1, 1 << 24}) {
+    EXPECT_EQ(attnrt_prefill(rt, 5, 0, n, k.data(), v.data(), error, sizeof(error)),
+              ATTNRT_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(error).find("max_context"), std::string::npos) << error;
+  }
+  int length = -1;
+  ASSERT_EQ(attnrt_sequence_length(rt, 5, 0, &length, error, sizeof(error)), ATTNRT_OK);
+  EXPECT_EQ(length, 0);
+  attnrt_destroy(rt);
+}
+
 TEST(CApiTest, ForkAndFreeSequence) {
   attnrt_options o = SmallOptions();
   const ModelShape shape = ShapeOf(o);

@@ -411,6 +411,11 @@ class Harness {
                              std::to_string(layer) + ")";
     Sequence* s = Find(id);
     if (n < 1 || !LayerOk(layer)) return Expect(c, {ATTNRT_INVALID_ARGUMENT}, call, e.text());
+    // check_finite (the default) refuses non-finite K/V before the sequence is looked up; a
+    // count past max_context is left to the executor, unread.
+    if (n <= kMaxContext && (!AllFinite(k) || !AllFinite(v))) {
+      return Expect(c, {ATTNRT_INVALID_ARGUMENT}, call + " (non-finite K/V)", e.text());
+    }
     if (s == nullptr) return Expect(c, {ATTNRT_NOT_FOUND}, call, e.text());
     if (s->pending > 0) {
       Expect(c,

@@ -15,6 +15,8 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <attnrt/version.h>
+
 #include "tools/flags.h"
 
 namespace {
@@ -295,15 +297,25 @@ void Run(CheckedFlags& flags, const std::vector<std::string>& args) {
   const int rc = flags.Parse(argc, argv.data());
   capture.Restore();
   const std::string err = capture.err();
-  bool has_help = false;
-  for (int i = 1; i < argc; ++i) has_help |= owned[i] == "--help" || owned[i] == "-h";
+  bool has_help = false, has_version = false;
+  for (int i = 1; i < argc; ++i) {
+    has_help |= owned[i] == "--help" || owned[i] == "-h";
+    has_version |= owned[i] == "--version";
+  }
 
   if (rc == FlagSet::kContinue) {
     if (!err.empty()) Fail("kContinue with an error printed: " + err);
     flags.CheckValues();
-  } else if (rc == 0) {
-    if (!has_help) Fail("exit 0 without --help");
-    if (capture.out().find("--help") == std::string::npos) Fail("--help printed no flag list");
+  } else if (rc == 0) {  // --help (the flag list) or --version (one line), whichever came first
+    if (!has_help && !has_version) Fail("exit 0 without --help or --version");
+    const std::string out = capture.out();
+    const std::string version_line = flags.tool() + " (attnrt " + attnrt::Version() + ", ";
+    const bool printed_help = out.find("--help") != std::string::npos;
+    const bool printed_version = out.rfind(version_line, 0) == 0 && out.back() == '\n';
+    if (!printed_help && !printed_version) {
+      Fail("exit 0 printed neither the flag list nor the version line: '" + out + "'");
+    }
+    if (printed_help ? !has_help : !has_version) Fail("exit 0 printed what was not asked for");
   } else if (rc == 2) {
     if (err.rfind(flags.tool() + ": ", 0) != 0 || err.back() != '\n') {
       Fail("exit 2 without an error line naming the tool: '" + err + "'");
