@@ -92,6 +92,14 @@ class GemmPathGpuTest : public ::testing::Test {
     s.max_context = max_context;
     return s;
   }
+  // The long-context cases' shape: one layer (half the pools of Shape's two), so that the plan,
+  // the pools and the batch all agree on it.
+  static ModelShape LongShape(int head_dim, int group, int kv_heads, int block_size,
+                              int max_context) {
+    ModelShape s = Shape(head_dim, group, kv_heads, block_size, max_context);
+    s.num_layers = 1;
+    return s;
+  }
 
   // Host batch with the new token already appended (the GEMM path runs after the append).
   static PagedBatch MakeAppended(const ModelShape& shape, const std::vector<int>& lengths,
@@ -125,10 +133,9 @@ class GemmPathGpuTest : public ::testing::Test {
     EXPECT_TRUE(testing::PaddedRowsUntouched(host, got, got_lse)) << what;
   }
 
-  // Long-context batches: one layer (half the pools), K/V drawn on kFillThreads threads.
-  static PagedBatch MakeLong(ModelShape shape, const std::vector<int>& lengths, int capacity,
-                             std::uint64_t seed) {
-    shape.num_layers = 1;
+  // Long-context batches (a LongShape: one layer), K/V drawn on kFillThreads threads.
+  static PagedBatch MakeLong(const ModelShape& shape, const std::vector<int>& lengths,
+                             int capacity, std::uint64_t seed) {
     return MakeAppended(shape, lengths, capacity, seed, 1.0f, kFillThreads);
   }
 
@@ -385,7 +392,7 @@ TEST_F(GemmPathGpuTest, RunRejectsViewsThatDisagreeWithThePlan) {
 // Issue 12: 7 sequences at T=12345 (H32 Hkv32 D128, bucket 8) needed 1.68 GB at Tpad 12416 and
 // failed with ResourceExhausted under the executor's 1 GiB budget; now two chunks.
 TEST_F(GemmPathGpuTest, LongContextIssueSevenSequencesAtT12345Bucket8) {
-  const ModelShape shape = Shape(128, 1, 32, 16, 12416);
+  const ModelShape shape = LongShape(128, 1, 32, 16, 12416);
   PagedBatch host = MakeLong(shape, std::vector<int>(7, 12345), 8, 12345);
   DeviceBatch dev(host);
   auto tpad = ChooseGemmPathTpad(shape, 12345);
@@ -400,7 +407,7 @@ TEST_F(GemmPathGpuTest, LongContextIssueSevenSequencesAtT12345Bucket8) {
 
 // The same at T=20000, bucket 16 (12 live sequences and 4 padded rows), max_context 32768.
 TEST_F(GemmPathGpuTest, LongContextIssueSequencesAtT20000Bucket16) {
-  const ModelShape shape = Shape(128, 1, 32, 16, 32768);
+  const ModelShape shape = LongShape(128, 1, 32, 16, 32768);
   PagedBatch host = MakeLong(shape, std::vector<int>(12, 20000), 16, 20000);
   DeviceBatch dev(host);
   auto plan = PlanGemmPath(shape, 16, *ChooseGemmPathTpad(shape, 20000));
@@ -422,7 +429,7 @@ TEST_P(GemmPathLongContextSweepTest, LongContextMixedLengthsAtTheLargestBucket) 
   constexpr int kMaxContext = 32768;
   constexpr int kCapacity = 256;
   const ModelShape shape =
-      Shape(c.head_dim, c.group, /*kv_heads=*/2, /*block_size=*/16, kMaxContext);
+      LongShape(c.head_dim, c.group, /*kv_heads=*/2, /*block_size=*/16, kMaxContext);
   auto plan = PlanGemmPath(shape, kCapacity, *ChooseGemmPathTpad(shape, kMaxContext));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_GE(plan->num_chunks, 3) << "the case is meant to cross several chunk boundaries";
@@ -451,7 +458,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A small budget: the whole batch in dozens of chunks, every merge of the running state used.
 TEST_F(GemmPathGpuTest, LongContextSmallBudgetManyChunks) {
-  const ModelShape shape = Shape(128, 4, 2, 16, 32768);
+  const ModelShape shape = LongShape(128, 4, 2, 16, 32768);
   auto plan = PlanGemmPath(shape, 16, 32768, kGemmPathCublasWorkspaceBytes + 16 * kMiB);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->num_slices, 1);
@@ -467,7 +474,7 @@ TEST_F(GemmPathGpuTest, LongContextSmallBudgetManyChunks) {
 // A budget below one Tpad quantum of the whole batch: equal batch slices, each in chunks of one
 // quantum; an odd capacity and block size 8.
 TEST_F(GemmPathGpuTest, LongContextBudgetBelowOneQuantumSlicesTheBatch) {
-  const ModelShape shape = Shape(64, 2, 2, 8, 2048);
+  const ModelShape shape = LongShape(64, 2, 2, 8, 2048);
   constexpr int kCapacity = 37;
   const auto one_quantum = PlanGemmPath(shape, kCapacity, kGemmPathTpadQuantum, SIZE_MAX);
   ASSERT_TRUE(one_quantum.ok());
