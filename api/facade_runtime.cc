@@ -187,7 +187,7 @@ StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptio
   if (!o.buckets.empty()) co.buckets = o.buckets;
   co.max_batch_size = std::max(co.max_batch_size, o.max_batch_size);
   co.mode = o.use_graphs ? runtime::LaunchMode::kGraph : runtime::LaunchMode::kEager;
-  if (!o.decode_variant.empty()) co.paths = {o.decode_variant};
+  if (!o.decode_path.empty()) co.paths = {o.decode_path};
   ATTNRT_ASSIGN_OR_RETURN(std::unique_ptr<runtime::CudaExecutor> executor,
                           runtime::CreateCudaExecutor(co));
   int device = 0;
@@ -234,9 +234,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   }
   // Checked on every device, so a misspelt path fails the same way with or without a GPU (the
   // CPU executor always runs the reference).
-  if (!options.decode_variant.empty()) {
-    if (Status known = kernels::CheckDecodeVariantName(options.decode_variant); !known.ok()) {
-      return InvalidArgumentError("RuntimeOptions.decode_variant = '" + options.decode_variant +
+  if (!options.decode_path.empty()) {
+    if (Status known = kernels::CheckDecodeVariantName(options.decode_path); !known.ok()) {
+      return InvalidArgumentError("RuntimeOptions.decode_path = '" + options.decode_path +
                                   "': " + known.message());
     }
   }

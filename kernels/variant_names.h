@@ -1,6 +1,6 @@
 // The decode variants' names, in the table's order (simplest first, the production default
-// last). No CUDA header: a build without CUDA still checks RuntimeOptions::decode_variant against
-// them; decode_variants.cc checks at compile time that the table lists exactly these.
+// last). No CUDA header: a build without CUDA still checks RuntimeOptions::decode_path against
+// them; decode_paths.cc checks at compile time that the table lists exactly these.
 #pragma once
 
 #include <array>

@@ -57,10 +57,12 @@ struct RuntimeOptions {
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinUs};
 
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
-  // debugging, decode kernel variant by name (empty = production default).
+  // debugging, and the decode path by name: "split_kv" (the fused flash-decoding kernel, the
+  // default when empty), "split_kv_simt", "simple", or "gemm" (the cuBLAS strided-batched GEMM
+  // path, in context chunks within its workspace budget at any length).
   std::vector<int> buckets;
   bool use_graphs = true;
-  std::string decode_variant;
+  std::string decode_path;
 };
 
 // How much of the KV cache is in use (Runtime::kv_cache_usage, and gauges in MetricsText).

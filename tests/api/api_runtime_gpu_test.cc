@@ -233,14 +233,14 @@ TEST(RuntimeCreateTest, RejectsBadOptionsNamingTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("max_batch_size"), std::string::npos) << r.status().ToString();
   o.max_batch_size = 8;
-  o.decode_variant = "split_kvv";
+  o.decode_path = "split_kvv";
   r = Runtime::Create(o);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("decode_variant = 'split_kvv'"), std::string::npos)
+  EXPECT_NE(r.status().message().find("decode_path = 'split_kvv'"), std::string::npos)
       << r.status().ToString();
-  o.decode_variant = "gemm";
+  o.decode_path = "gemm";
   EXPECT_TRUE(Runtime::Create(o).ok());
-  o.decode_variant = "";
+  o.decode_path = "";
   o.kv_cache_fraction = 1.5;
   r = Runtime::Create(o);
   ASSERT_FALSE(r.ok());
