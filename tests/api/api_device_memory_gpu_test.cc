@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,17 @@ std::vector<T> HostCopy(const T* device, std::size_t n) {
   return host;
 }
 
+DecodeRequest Request(SequenceId id, int layer, std::span<const Half> q, std::span<const Half> k,
+                      std::span<const Half> v) {
+  DecodeRequest r;
+  r.sequence_id = id;
+  r.layer = layer;
+  r.q = q;
+  r.k = k;
+  r.v = v;
+  return r;
+}
+
 TEST(RuntimeDeviceMemoryTest, CpuExecutorRefusesDeviceMemoryNamingTheField) {
   auto rt = Runtime::Create(SmallRuntimeOptions(DeviceKind::kCpu));
   ASSERT_TRUE(rt.ok()) << rt.status().ToString();
@@ -45,7 +57,8 @@ TEST(RuntimeDeviceMemoryTest, CpuExecutorRefusesDeviceMemoryNamingTheField) {
   std::vector<Half> q = Normal(rng, std::size_t(s.num_q_heads) * s.head_dim);
   std::vector<Half> kv = Normal(rng, s.kv_token_elems());
   std::vector<Half> out(q.size());
-  DecodeRequest r{.sequence_id = 1, .layer = 0, .q = q, .k = kv, .v = kv, .out = out.data()};
+  DecodeRequest r = Request(1, 0, q, kv, kv);
+  r.out = out.data();
   r.memory = TensorMemory::kDevice;
   auto sub = (*rt)->Submit(r);
   ASSERT_FALSE(sub.ok());
@@ -90,10 +103,11 @@ TEST(RuntimeDeviceMemoryTest, CudaReadsAndWritesDeviceBuffersInPlace) {
     ASSERT_EQ(cudaMemset(dout, 0xff, q_elems * sizeof(Half)), cudaSuccess);  // NaN poison
     ASSERT_EQ(cudaMemset(dlse, 0xff, s.num_q_heads * sizeof(float)), cudaSuccess);
 
-    DecodeRequest host{.sequence_id = 1, .layer = layer, .q = q, .k = k, .v = v};
+    DecodeRequest host = Request(1, layer, q, k, v);
     host.want_lse = true;
-    DecodeRequest device{.sequence_id = 2, .layer = layer, .q = {dq, q_elems},
-                         .k = {dk, k.size()}, .v = {dv, v.size()}, .out = dout, .lse = dlse};
+    DecodeRequest device = Request(2, layer, {dq, q_elems}, {dk, k.size()}, {dv, v.size()});
+    device.out = dout;
+    device.lse = dlse;
     device.want_lse = true;
     device.memory = TensorMemory::kDevice;
     auto h = rt.Submit(host);
@@ -133,8 +147,8 @@ TEST(RuntimeDeviceMemoryTest, CudaReadsAndWritesDeviceBuffersInPlace) {
   std::vector<Half> q = Normal(again, q_elems);
   std::vector<Half> k = Normal(again, s.kv_token_elems());
   std::vector<Half> v = Normal(again, k.size());
-  auto a = rt.Submit(DecodeRequest{.sequence_id = 1, .layer = 0, .q = q, .k = k, .v = v});
-  auto b = rt.Submit(DecodeRequest{.sequence_id = 2, .layer = 0, .q = q, .k = k, .v = v});
+  auto a = rt.Submit(Request(1, 0, q, k, v));
+  auto b = rt.Submit(Request(2, 0, q, k, v));
   ASSERT_TRUE(a.ok() && b.ok());
   DecodeResult ar = a->result.get(), br = b->result.get();
   ASSERT_TRUE(ar.status.ok() && br.status.ok());
