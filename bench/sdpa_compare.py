@@ -192,7 +192,13 @@ def main():
         with open(args.sdpa_json) as f:
             result = json.load(f)
     else:
-        import torch
+        try:
+            import torch
+        except ImportError:
+            print("sdpa_compare.py: needs PyTorch with CUDA to time SDPA: pip install torch "
+                  "(see https://pytorch.org/get-started/locally/), or pass --sdpa-json",
+                  file=sys.stderr)
+            return 2
 
         if not torch.cuda.is_available():
             print("no CUDA device: SDPA not timed", file=sys.stderr)

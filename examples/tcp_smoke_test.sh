@@ -4,6 +4,11 @@
 # the server must exit 0 on its own. Loopback only; bounded in time; fails if anything failed.
 # Usage: tcp_smoke_test.sh SERVE_TCP LOADGEN_TCP
 set -u
+case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+if [ $# -ne 2 ]; then
+  echo "usage: tcp_smoke_test.sh SERVE_TCP LOADGEN_TCP (see --help)" >&2
+  exit 2
+fi
 serve=$1
 loadgen=$2
 dir=$(mktemp -d)

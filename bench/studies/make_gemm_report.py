@@ -15,12 +15,22 @@ import os
 import re
 import shutil
 import statistics
+import sys
 from collections import defaultdict
 
-import matplotlib
+plt = None  # matplotlib.pyplot, imported by main() after the arguments parsed (--help needs none)
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def import_pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("make_gemm_report.py: needs matplotlib for the plots: "
+                 "apt-get install python3-matplotlib, or pip install matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
 
 # Published figures the studies set out to reproduce (seeds 000, 002, 004).
 SEED_SQUARE_GPU_N1024 = 2.4        # batched vs iterative, GPU time, N=1024, k >= 64 (A100 FP32)
@@ -548,10 +558,13 @@ def study4(sweep, figdir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
+    global plt
+    plt = import_pyplot()
     figdir = os.path.join(args.out, "gemm_studies")
     os.makedirs(figdir, exist_ok=True)
     path_rows = load_gb(os.path.join(args.raw, "kernels_gemm_path_bench.json"))

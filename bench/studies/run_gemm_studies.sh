@@ -4,7 +4,15 @@
 # to a staging folder that is packed into ${OUT:-bench/results/raw-gemm}/gemm_results.tar.gz
 # (even when a step fails or times out). Afterwards, on any machine:
 #   tar xzf gemm_results.tar.gz -C /tmp/g && python3 bench/studies/make_gemm_report.py /tmp/g/gemm
+# Usage: bench/studies/run_gemm_studies.sh [--help]. Environment: OUT (where the tarball goes),
+# BUILD_DIR (default build-dev), BUDGET_S (default 540: no step starts that could outlive it),
+# COMMIT (recorded when there is no .git), TAIL (log lines shown per step).
 set -uo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "run_gemm_studies.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/../.."
 dest=${OUT:-bench/results/raw-gemm}
 stage=$(mktemp -d)/gemm

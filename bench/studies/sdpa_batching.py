@@ -12,10 +12,10 @@ reference computed in float64 by the math path on the same inputs.
 import argparse
 import json
 import statistics
+import sys
 import time
 
-import torch
-import torch.nn.functional as F
+torch = F = None  # torch and torch.nn.functional, imported by main() after the arguments parsed
 
 CONFIGS = [(1, 1), (2, 4), (8, 4), (16, 8), (32, 8)]
 D = 64
@@ -62,9 +62,17 @@ def measure(q, k, v, ctx, reps=30):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    global torch, F
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        sys.exit("sdpa_batching.py: needs PyTorch with CUDA: pip install torch "
+                 "(see https://pytorch.org/get-started/locally/)")
     torch.manual_seed(0)
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)

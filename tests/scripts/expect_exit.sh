@@ -4,6 +4,7 @@
 # stderr) matches the extended regular expression REGEX. For ctest checks of a tool's output:
 # PASS_REGULAR_EXPRESSION alone would let a tool that printed the text and then failed pass.
 set -u
+case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 if [ $# -lt 3 ]; then
   echo "usage: expect_exit.sh CODES REGEX COMMAND [ARGS...]" >&2
   exit 2

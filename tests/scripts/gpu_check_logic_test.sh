@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The log checks and argument handling of scripts/gpu-check.sh, on sample logs (the script itself
 # needs a GPU host): skipped GPU tests and gtest filters that ran nothing must fail the check.
+# Usage: tests/scripts/gpu_check_logic_test.sh [--help] (ctest gpu_check_logic); 1 on a failure.
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../../scripts/gpu-check.sh
 source "$root/scripts/gpu-check.sh"  # defines the checks and returns
