@@ -120,6 +120,7 @@ struct ServerOptions {
   int frame_timeout_ms = 30000;
   int close_linger_ms = 2000;
   int drain_timeout_s = 10;
+  int metrics_port = -1;  // -1: no HTTP metrics endpoint
 };
 
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
@@ -167,6 +168,9 @@ int ParseArgs(int argc, char** argv, ServerOptions* o) {
   flags.Int("--drain-timeout-s", &o->drain_timeout_s,
             "a closing connection's time to write its last replies; then it is closed and they "
             "count as dropped", 1, 3600);
+  flags.Int("--metrics-port", &o->metrics_port,
+            "also serve GET /metrics (Prometheus text) over HTTP on this port of --bind; 0 picks "
+            "a free one (printed); -1: off", -1, 65535);
   const int rc = flags.Parse(argc, argv);
   o->device = attnrt::tools::ToDeviceKind(device);
   return rc;
@@ -833,6 +837,93 @@ void Refuse(tcp::socket socket, Server* server) {
   socket.close(ec);
 }
 
+// GET /metrics over HTTP/1.0 (Prometheus' convention), one request per connection, on its own
+// port: the runtime's MetricsText(). Anything else gets 404 (another path) or 405 (another
+// method); a request head over 8 KiB or slower than 5 s is dropped. Runs on one io_context.
+class MetricsEndpoint {
+ public:
+  MetricsEndpoint(asio::io_context& io, attnrt::Runtime* runtime)
+      : io_(io), acceptor_(io), runtime_(runtime) {}
+
+  boost::system::error_code Listen(const tcp::endpoint& endpoint) {
+    boost::system::error_code ec;
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) AcceptNext();
+    return ec;
+  }
+  tcp::endpoint local_endpoint() const {
+    boost::system::error_code ec;
+    return acceptor_.local_endpoint(ec);
+  }
+  void Close() {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+  }
+
+ private:
+  struct Exchange {
+    explicit Exchange(asio::io_context& io) : socket(io), timer(io), head(8192) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    asio::streambuf head;
+    std::string reply;
+  };
+
+  void AcceptNext() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) Serve(std::move(socket));
+      AcceptNext();
+    });
+  }
+
+  void Serve(tcp::socket socket) {
+    auto x = std::make_shared<Exchange>(io_);
+    x->socket = std::move(socket);
+    x->timer.expires_after(std::chrono::seconds(5));
+    x->timer.async_wait([x](boost::system::error_code ec) {
+      if (!ec) x->socket.close(ec);
+    });
+    asio::async_read_until(x->socket, x->head, "\r\n\r\n",
+                           [this, x](boost::system::error_code ec, std::size_t) {
+      if (ec) {
+        x->timer.cancel();
+        return;
+      }
+      std::istream in(&x->head);
+      std::string method, target;
+      in >> method >> target;
+      std::string status = "200 OK", body;
+      if (method != "GET") {
+        status = "405 Method Not Allowed";
+        body = "only GET /metrics\n";
+      } else if (target != "/metrics") {
+        status = "404 Not Found";
+        body = "only GET /metrics\n";
+      } else {
+        body = runtime_->MetricsText();
+      }
+      x->reply = "HTTP/1.0 " + status +
+                 "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
+                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      asio::async_write(x->socket, asio::buffer(x->reply),
+                        [x](boost::system::error_code, std::size_t) {
+        boost::system::error_code ignored;
+        x->socket.shutdown(tcp::socket::shutdown_both, ignored);
+        x->socket.close(ignored);
+        x->timer.cancel();
+      });
+    });
+  }
+
+  asio::io_context& io_;
+  tcp::acceptor acceptor_;
+  attnrt::Runtime* runtime_;
+};
+
 // Accepts connections and spreads them over the io_contexts, round robin.
 void Accept(tcp::acceptor* acceptor, std::vector<std::unique_ptr<asio::io_context>>* contexts,
             std::size_t next, Server* server, asio::steady_timer* retry) {
@@ -968,6 +1059,19 @@ int main(int argc, char** argv) {
                 attnrt::tcp::LargestRequestPayloadBytes(s), o.max_pending_mb, o.max_connections,
                 o.max_reply_backlog_kb);
 
+    MetricsEndpoint metrics(io, runtime.get());
+    if (o.metrics_port >= 0) {
+      ec = metrics.Listen(tcp::endpoint(address, static_cast<unsigned short>(o.metrics_port)));
+      if (ec) {
+        std::fprintf(stderr, "serve_tcp: cannot listen for metrics on %s:%d: %s\n",
+                     o.bind.c_str(), o.metrics_port, ec.message().c_str());
+        return 1;
+      }
+      const tcp::endpoint m = metrics.local_endpoint();
+      std::printf("serve_tcp: metrics on http://%s:%u/metrics\n",
+                  m.address().to_string().c_str(), static_cast<unsigned>(m.port()));
+    }
+
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](boost::system::error_code e, int signo) {
       if (!e) server.RequestStop(signo == SIGINT ? "SIGINT" : "SIGTERM");
@@ -992,6 +1096,7 @@ int main(int argc, char** argv) {
     asio::post(io, [&] {
       boost::system::error_code e;
       acceptor.close(e);
+      metrics.Close();
       signals.cancel(e);
       max_timer.cancel();
       accept_retry.cancel();

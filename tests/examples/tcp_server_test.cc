@@ -335,6 +335,22 @@ class Conn {
     }
   }
 
+  // Everything the peer sends until it closes; false on a timeout or an error.
+  bool ReadUntilClose(std::string* out, double timeout_s) {
+    const auto deadline = After(timeout_s);
+    std::array<char, 4096> buf;
+    while (true) {
+      const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+      if (n == 0) return true;
+      if (n > 0) {
+        out->append(buf.data(), static_cast<std::size_t>(n));
+        continue;
+      }
+      if (errno != EAGAIN && errno != EINTR) return false;
+      if (!Poll(POLLIN, deadline)) return false;
+    }
+  }
+
   // An abortive close (reset) instead of an orderly one.
   void Reset() {
     if (fd_ < 0) return;
@@ -464,6 +480,45 @@ std::vector<Half> ConstantVRows(int tokens) {
 // The largest legal Prefill payload for --max-context 65536: 32 MiB + 16.
 constexpr int kLongContext = 65536;
 constexpr std::uint32_t kLargestPrefill = kPrefillPrefixBytes + 4u * kLongContext * kKvElems;
+
+// --metrics-port: GET /metrics answers the runtime's Prometheus text over HTTP on its own port
+// (counting the decodes the TCP side served); other paths and methods are refused; the decode
+// port is unaffected.
+TEST(TcpServerTest, MetricsEndpointServesPrometheusText) {
+  Server server;
+  std::string error;
+  ASSERT_TRUE(server.Start({"--metrics-port", "0"}, &error)) << error;
+  const std::string line =
+      server.process().WaitForLine("serve_tcp: metrics on http://127.0.0.1:", 20);
+  int metrics_port = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "serve_tcp: metrics on http://127.0.0.1:%d/metrics",
+                        &metrics_port), 1)
+      << server.process().Log();
+  auto get = [&](const std::string& request) {
+    Conn c = Conn::Open(metrics_port);
+    EXPECT_TRUE(c.ok());
+    EXPECT_TRUE(c.Send({reinterpret_cast<const std::uint8_t*>(request.data()), request.size()}));
+    std::string reply;
+    EXPECT_TRUE(c.ReadUntilClose(&reply, 10)) << "the endpoint did not close after its reply";
+    return reply;
+  };
+  const std::string ok = get("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << ok.substr(0, 200);
+  EXPECT_NE(ok.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(ok.find("\nattnrt_scheduler_requests_submitted_total "), std::string::npos);
+  EXPECT_NE(ok.find("\nattnrt_kv_blocks{"), std::string::npos);
+  const std::size_t body = ok.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  const std::size_t length_at = ok.find("Content-Length: ");
+  ASSERT_NE(length_at, std::string::npos);
+  EXPECT_EQ(std::strtoul(ok.c_str() + length_at + 16, nullptr, 10), ok.size() - body - 4);
+  EXPECT_EQ(get("GET /other HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 404", 0), 0u);
+  EXPECT_EQ(get("POST /metrics HTTP/1.0\r\n\r\n").rfind("HTTP/1.0 405", 0), 0u);
+  Conn decode = Conn::Open(server.port());
+  EXPECT_TRUE(decode.ok()) << "the decode port stopped accepting";
+  std::map<std::string, long> counts;
+  EXPECT_EQ(server.Terminate(&counts), 0) << server.process().Log();
+}
 
 TEST(TcpServerTest, HeaderOnlyFloodCommitsNoMemory) {
   Server server;
