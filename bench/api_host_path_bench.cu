@@ -32,6 +32,7 @@
 #include "runtime/cuda_executor.h"
 #include "tests/support/random_fp16.h"
 #include "tools/open_loop.h"
+#include "tools/percentile.h"
 
 namespace attnrt::bench {
 namespace {
@@ -57,12 +58,7 @@ void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
+using attnrt::tools::Percentile;
 
 __global__ void TouchKernel(const unsigned char* in, unsigned char* out) {
   if (threadIdx.x == 0) out[0] = in[0];

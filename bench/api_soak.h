@@ -30,6 +30,7 @@
 #endif
 
 #include <attnrt/runtime.h>
+#include "tools/percentile.h"
 
 namespace attnrt::bench {
 
@@ -629,11 +630,8 @@ struct OverloadResult {
 
 namespace internal {
 
-inline double PercentileMs(std::vector<std::int64_t>& sorted_ns, double p) {
-  if (sorted_ns.empty()) return 0;
-  const std::size_t i =
-      std::min(sorted_ns.size() - 1, static_cast<std::size_t>(p * sorted_ns.size()));
-  return sorted_ns[i] * 1e-6;
+inline double PercentileMs(const std::vector<std::int64_t>& sorted_ns, double p) {
+  return tools::PercentileOfSorted(sorted_ns, p) * 1e-6;
 }
 
 class OverloadRun {

@@ -30,6 +30,7 @@
 #include <attnrt/status.h>
 #include "kernels/decode.h"
 #include "kernels/views.h"
+#include "tools/percentile.h"
 
 namespace attnrt::bench {
 
@@ -68,12 +69,7 @@ inline kernels::DecodePlan PlanOrExit(const kernels::DecodeVariant& variant, con
   return *plan;
 }
 
-inline double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using attnrt::tools::Median;
 
 constexpr long long kBlockerTimeoutNs = 500'000'000;  // 0.5 s
 

@@ -25,6 +25,7 @@
 #include "runtime/cuda_executor.h"
 #include "runtime/cuda_resources.h"
 #include "tests/support/random_fp16.h"
+#include "tools/percentile.h"
 
 namespace attnrt::runtime {
 namespace {
@@ -153,11 +154,7 @@ BatchInputs* GetInputs(ExecutorCase& c, const ShapeCase& sc, int b, int key, std
   return &c.inputs.emplace(key, std::move(in)).first->second;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using attnrt::tools::Median;
 
 // `key` picks the input set (sequences): runs that must not grow the main runs' sequences use
 // their own. `path` empty: the production default.

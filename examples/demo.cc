@@ -19,6 +19,7 @@
 
 #include <attnrt/runtime.h>
 #include "tools/flags.h"
+#include "tools/percentile.h"
 
 namespace {
 
@@ -113,11 +114,7 @@ double MaxError(const attnrt::ModelShape& s, const Mirror& m, const std::vector<
   return worst;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * (v.size() - 1) + 0.5))];
-}
+using attnrt::tools::Percentile;
 
 }  // namespace
 

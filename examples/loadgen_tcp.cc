@@ -38,6 +38,7 @@
 #include <attnrt/status.h>
 #include "examples/tcp_protocol.h"
 #include "tools/flags.h"
+#include "tools/percentile.h"
 
 namespace {
 
@@ -676,11 +677,7 @@ class LoadConnection {
   bool writing_ = false, sending_done_ = false, finished_ = false;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * (v.size() - 1) + 0.5))];
-}
+using attnrt::tools::Percentile;
 
 }  // namespace
 

@@ -26,6 +26,7 @@
 
 #include "runtime/executor.h"
 #include "scheduler/scheduler.h"
+#include "tools/percentile.h"
 
 namespace attnrt::tools {
 
@@ -131,13 +132,6 @@ class FirstError {
   std::mutex mu_;
   std::string text_;
 };
-
-inline double Percentile(std::vector<std::int64_t>& sorted_ns, double p) {
-  if (sorted_ns.empty()) return 0;
-  const std::size_t i =
-      std::min(sorted_ns.size() - 1, static_cast<std::size_t>(p * sorted_ns.size()));
-  return sorted_ns[i] * 1e-3;
-}
 
 inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
                                             runtime::Executor* executor) {
@@ -304,9 +298,9 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.elapsed_s = std::chrono::duration<double>(end - start).count();
   result.throughput_per_s = result.completed / result.elapsed_s;
   result.batch_mean = m.batch_size.Mean();
-  result.p50_us = Percentile(sorted, 0.5);
-  result.p99_us = Percentile(sorted, 0.99);
-  result.p999_us = Percentile(sorted, 0.999);
+  result.p50_us = PercentileOfSorted(sorted, 0.5) * 1e-3;
+  result.p99_us = PercentileOfSorted(sorted, 0.99) * 1e-3;
+  result.p999_us = PercentileOfSorted(sorted, 0.999) * 1e-3;
   result.max_us = sorted.empty() ? 0 : sorted.back() * 1e-3;
   result.queue_delay_p50_us = m.queue_delay_ns.Percentile(0.5) * 1e-3;
   result.queue_delay_p99_us = m.queue_delay_ns.Percentile(0.99) * 1e-3;
