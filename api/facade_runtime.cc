@@ -15,6 +15,7 @@
 
 #include <attnrt/runtime.h>
 #include "api/internal/cuda_device.h"
+#include "api/internal/finite.h"
 #include "kernels/variant_names.h"
 #include "kvcache/kvcache.h"
 #include "runtime/cpu_executor.h"
@@ -91,11 +92,9 @@ class RuntimeImpl final : public Runtime {
     // buffers need not be that long (the C API takes raw pointers and the count).
     if (check_finite_ && num_tokens <= shape().max_context) {
       for (const auto& [name, values] : {std::pair{"k", k}, std::pair{"v", v}}) {
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          if ((values[i].bits & 0x7c00u) == 0x7c00u) {  // exponent all ones: Inf or NaN
-            return InvalidArgumentError(std::string(name) + " holds a non-finite value at element " +
-                                        std::to_string(i) + " (check_finite)");
-          }
+        if (const std::ptrdiff_t i = FirstNonFinite(values); i >= 0) {
+          return InvalidArgumentError(std::string(name) + " holds a non-finite value at element " +
+                                      std::to_string(i) + " (check_finite)");
         }
       }
     }
