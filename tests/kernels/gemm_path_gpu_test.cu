@@ -208,14 +208,18 @@ TEST_P(GemmPathSweepTest, MatchesReferenceWithMixedLengthsAndPadding) {
   EXPECT_EQ(*overflow, 0);
 }
 
+// Every head dim by every group size, named D<d>_G<g>: the sweeps' cases.
+const auto kEveryHeadDimAndGroup = ::testing::Values(
+    SweepCase{64, 1}, SweepCase{64, 2}, SweepCase{64, 4}, SweepCase{64, 8}, SweepCase{128, 1},
+    SweepCase{128, 2}, SweepCase{128, 4}, SweepCase{128, 8}, SweepCase{256, 1}, SweepCase{256, 2},
+    SweepCase{256, 4}, SweepCase{256, 8});
+std::string SweepName(const ::testing::TestParamInfo<SweepCase>& info) {
+  return "D" + std::to_string(info.param.head_dim) + "_G" + std::to_string(info.param.group);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     HeadDimByGroup, GemmPathSweepTest,
-    ::testing::Values(SweepCase{64, 1}, SweepCase{64, 2}, SweepCase{64, 4}, SweepCase{64, 8},
-                      SweepCase{128, 1}, SweepCase{128, 2}, SweepCase{128, 4}, SweepCase{128, 8},
-                      SweepCase{256, 1}, SweepCase{256, 2}, SweepCase{256, 4}, SweepCase{256, 8}),
-    [](const ::testing::TestParamInfo<SweepCase>& info) {
-      return "D" + std::to_string(info.param.head_dim) + "_G" + std::to_string(info.param.group);
-    });
+    kEveryHeadDimAndGroup, SweepName);
 
 TEST_F(GemmPathGpuTest, BlockSizesAndPeakySoftmax) {
   for (int block_size : {8, 32, 64}) {
@@ -449,12 +453,7 @@ TEST_P(GemmPathLongContextSweepTest, LongContextMixedLengthsAtTheLargestBucket) 
 
 INSTANTIATE_TEST_SUITE_P(
     HeadDimByGroup, GemmPathLongContextSweepTest,
-    ::testing::Values(SweepCase{64, 1}, SweepCase{64, 2}, SweepCase{64, 4}, SweepCase{64, 8},
-                      SweepCase{128, 1}, SweepCase{128, 2}, SweepCase{128, 4}, SweepCase{128, 8},
-                      SweepCase{256, 1}, SweepCase{256, 2}, SweepCase{256, 4}, SweepCase{256, 8}),
-    [](const ::testing::TestParamInfo<SweepCase>& info) {
-      return "D" + std::to_string(info.param.head_dim) + "_G" + std::to_string(info.param.group);
-    });
+    kEveryHeadDimAndGroup, SweepName);
 
 // A small budget: the whole batch in dozens of chunks, every merge of the running state used.
 TEST_F(GemmPathGpuTest, LongContextSmallBudgetManyChunks) {
