@@ -837,6 +837,16 @@ void Refuse(tcp::socket socket, Server* server) {
   socket.close(ec);
 }
 
+// Opens, binds and listens `acceptor` on `endpoint` (address reuse on).
+boost::system::error_code Listen(tcp::acceptor& acceptor, const tcp::endpoint& endpoint) {
+  boost::system::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  return ec;
+}
+
 // GET /metrics over HTTP/1.0 (Prometheus' convention), one request per connection, on its own
 // port: the runtime's MetricsText(). Anything else gets 404 (another path) or 405 (another
 // method); a request head over 8 KiB or slower than 5 s is dropped. Runs on one io_context.
@@ -846,11 +856,7 @@ class MetricsEndpoint {
       : io_(io), acceptor_(io), runtime_(runtime) {}
 
   boost::system::error_code Listen(const tcp::endpoint& endpoint) {
-    boost::system::error_code ec;
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    const boost::system::error_code ec = ::Listen(acceptor_, endpoint);
     if (!ec) AcceptNext();
     return ec;
   }
@@ -1037,11 +1043,7 @@ int main(int argc, char** argv) {
     }
     asio::io_context& io = *contexts[0];  // also runs the acceptor, signals and timers
     tcp::acceptor acceptor(io);
-    const tcp::endpoint endpoint(address, static_cast<unsigned short>(o.port));
-    acceptor.open(endpoint.protocol(), ec);
-    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor.bind(endpoint, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    ec = Listen(acceptor, tcp::endpoint(address, static_cast<unsigned short>(o.port)));
     if (ec) {
       std::fprintf(stderr, "serve_tcp: cannot listen on %s:%d: %s\n", o.bind.c_str(), o.port,
                    ec.message().c_str());
