@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <attnrt/runtime.h>
@@ -119,6 +120,29 @@ ModelShape B1Shape() {
   return s;
 }
 
+// Sequences 0..n-1, each layer prefilled with kContext tokens of fresh N(0,1) K/V, on a Runtime
+// or straight on an executor (their Prefill takes spans and pointers respectively).
+template <typename Target>
+void PrefillSequences(Target& target, const ModelShape& shape, int n) {
+  testing::NormalRng rng(3);
+  std::vector<Half> k(std::size_t(kContext) * shape.kv_token_elems()), v(k.size());
+  for (int seq = 0; seq < n; ++seq) {
+    if (!target.CreateSequence(seq).ok()) Die("CreateSequence");
+    for (int layer = 0; layer < shape.num_layers; ++layer) {
+      testing::FillNormal(k, rng);
+      testing::FillNormal(v, rng);
+      const Status s = [&] {
+        if constexpr (std::is_base_of_v<Runtime, Target>) {
+          return target.Prefill(seq, layer, kContext, k, v);
+        } else {
+          return target.Prefill(seq, layer, kContext, k.data(), v.data());
+        }
+      }();
+      if (!s.ok()) Die("Prefill: " + s.ToString());
+    }
+  }
+}
+
 std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int max_batch,
                                      std::chrono::microseconds window, int sequences) {
   RuntimeOptions o;
@@ -132,17 +156,7 @@ std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int m
                      shape.kv_token_elems() * 2 * sizeof(Half) + (std::size_t{64} << 20);
   auto rt = Runtime::Create(o);
   if (!rt.ok()) Die("Runtime::Create: " + rt.status().ToString());
-  testing::NormalRng rng(3);
-  std::vector<Half> k(std::size_t(kContext) * shape.kv_token_elems()), v(k.size());
-  for (int seq = 0; seq < sequences; ++seq) {
-    if (!(*rt)->CreateSequence(seq).ok()) Die("CreateSequence");
-    for (int layer = 0; layer < shape.num_layers; ++layer) {
-      testing::FillNormal(k, rng);
-      testing::FillNormal(v, rng);
-      const Status s = (*rt)->Prefill(seq, layer, kContext, k, v);
-      if (!s.ok()) Die("Prefill: " + s.ToString());
-    }
-  }
+  PrefillSequences(**rt, shape, sequences);
   return std::move(*rt);
 }
 
@@ -234,17 +248,8 @@ LatencyUs MeasureExecutorB1(int iterations) {
   co.buckets = {1};
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
-  testing::NormalRng rng(3);
-  std::vector<Half> pk(std::size_t(kContext) * shape.kv_token_elems()), pv(pk.size());
-  for (int seq = 0; seq < kSequences; ++seq) {
-    if (!(*ex)->CreateSequence(seq).ok()) Die("CreateSequence");
-    for (int layer = 0; layer < shape.num_layers; ++layer) {
-      testing::FillNormal(pk, rng);
-      testing::FillNormal(pv, rng);
-      const Status s = (*ex)->Prefill(seq, layer, kContext, pk.data(), pv.data());
-      if (!s.ok()) Die("Prefill: " + s.ToString());
-    }
-  }
+  PrefillSequences(**ex, shape, kSequences);
+  testing::NormalRng rng(4);
   const std::size_t qn = std::size_t(kHeads) * kHeadDim;
   std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size()), out(qn);
   testing::FillNormal(q, rng);
