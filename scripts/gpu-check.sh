@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: builds attnrt with CUDA (sm_90 unless CMAKE_CUDA_ARCHITECTURES says
 # otherwise), runs every test (GPU ones included), runs compute-sanitizer (memcheck, racecheck,
-# initcheck) over the GPU tests, and runs the benchmarks to JSON, plus the PyTorch SDPA
+# initcheck, synccheck) over the GPU tests, and runs the benchmarks to JSON, plus the PyTorch SDPA
 # comparison and the batching-window sweep on the CUDA executor. Everything lands in OUT_DIR
 # (default bench/results/<date>_<gpu>), with record.txt naming device, date and commit.
 #
@@ -11,6 +11,10 @@
 #                 configuration against the reference, then times them and writes
 #                 tc_launch_table.inc into OUT_DIR (copy it to kernels/ to adopt it)
 #     --quick     a smaller batching-window sweep and launch-configuration sweep
+#     --san-tools LIST  the compute-sanitizer tools of the sanitizer phase (comma list; default
+#                 memcheck,racecheck,initcheck,synccheck)
+# Environment: SAN_JOBS (sanitizer runs at once, default 4), SAN_TIMEOUT (seconds per run,
+# default 540), OUT_DIR, BUILD_DIR, ATTNRT_COMMIT.
 #
 # Fails (exit 1) when anything fails, and also when a check checked nothing: a GPU test that
 # skipped on this GPU host (other than the few that skip there by design: gpu_host_skips
@@ -63,6 +67,9 @@ gtest_problem() {
 cd "$(dirname "$0")/.."
 all_phases="all tests sanitizer bench criteria sweep"
 phases=""; quick=0
+san_tools="memcheck racecheck initcheck synccheck"
+san_jobs=${SAN_JOBS:-4}
+san_timeout=${SAN_TIMEOUT:-540}
 while (($#)); do
   case "$1" in
     --phase)
@@ -71,6 +78,11 @@ while (($#)); do
       fi
       phases="$phases $2"; shift ;;
     --quick) quick=1 ;;
+    --san-tools)
+      if (($# < 2)) || [ -z "$2" ] || [[ -n "$(echo "$2" | tr ',' '\n' | grep -vxE 'memcheck|racecheck|initcheck|synccheck')" ]]; then
+        echo "gpu-check: --san-tools needs a comma list of memcheck,racecheck,initcheck,synccheck" >&2; exit 2
+      fi
+      san_tools=$(echo "$2" | tr ',' ' '); shift ;;
     -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -127,7 +139,10 @@ if has sanitizer; then
   if [ ! -x "${gpu_tests[0]}" ]; then
     log "compute-sanitizer: FAILED: no GPU tests in $build/tests"; status=1
   fi
-  for tool in memcheck racecheck initcheck; do
+  # One job per (tool, test binary), SAN_JOBS at a time (the sanitizers are bound by host CPU,
+  # so several share the GPU well); each leaves its log and exit code, read in order below.
+  jobs=()
+  for tool in $san_tools; do
     for t in "${gpu_tests[@]}"; do
       [ -x "$t" ] || continue
       name=$(basename "$t")
@@ -143,29 +158,47 @@ if has sanitizer; then
           filter=$executor_filter; [ $tool = initcheck ] && filter=$executor_initcheck ;;
         *) filter='*' ;;
       esac
-      logf="$out/sanitizer_${tool}_${name}.log"
-      # Not --gtest_brief: the log names the tests that skipped.
-      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" \
-        --gtest_filter="$filter" >"$logf" 2>&1
-      rc=$?
-      problem=$(gtest_problem "$logf")
-      if [ -n "$problem" ]; then
-        log "compute-sanitizer $tool $name: FAILED: $problem (filter $filter)"; status=1
-      fi
-      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logf" | tail -1)
-      tests=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]" "$logf" | tr '\n' ' ')
-      if [ $tool = racecheck ] && [ $rc -eq 9 ]; then
-        # cuBLAS's own Hopper GEMM kernels (nvjet_*, used by the GEMM path) draw racecheck
-        # reports; ours must have none. Both counts are logged; only ours fail the check.
-        ours=$(grep -E "Race reported" "$logf" | grep -vc "nvjet_")
-        cublas=$(grep -E "Race reported" "$logf" | grep -c "nvjet_")
-        log "compute-sanitizer racecheck $name: $ours race reports in attnrt kernels, $cublas inside cuBLAS (nvjet_*) ${tests}"
-        [ "$ours" -eq 0 ] || status=1
-        continue
-      fi
-      log "compute-sanitizer $tool $name: rc=$rc ${summary:-no summary} ${tests}"
-      [ $rc -eq 0 ] || status=1
+      jobs+=("$tool|$t|$filter")
     done
+  done
+  san_one() {
+    local tool=${1%%|*} rest=${1#*|}
+    local t=${rest%%|*} filter=${rest#*|}
+    local logf="$out/sanitizer_${tool}_$(basename "$t").log"
+    # Not --gtest_brief: the log names the tests that skipped.
+    timeout "$san_timeout" compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" \
+      --gtest_filter="$filter" >"$logf" 2>&1
+    echo $? >"$logf.rc"
+  }
+  running=0
+  for j in "${jobs[@]}"; do
+    san_one "$j" &
+    running=$((running + 1))
+    if [ $running -ge "$san_jobs" ]; then wait -n; running=$((running - 1)); fi
+  done
+  wait
+  for j in "${jobs[@]}"; do
+    tool=${j%%|*}; rest=${j#*|}; t=${rest%%|*}; filter=${rest#*|}
+    name=$(basename "$t")
+    logf="$out/sanitizer_${tool}_${name}.log"
+    rc=$(cat "$logf.rc" 2>/dev/null || echo 255); rm -f "$logf.rc"
+    problem=$(gtest_problem "$logf")
+    if [ -n "$problem" ]; then
+      log "compute-sanitizer $tool $name: FAILED: $problem (filter $filter)"; status=1
+    fi
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logf" | tail -1)
+    tests=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]" "$logf" | tr '\n' ' ')
+    if [ $tool = racecheck ] && [ "$rc" -eq 9 ]; then
+      # cuBLAS's own Hopper GEMM kernels (nvjet_*, used by the GEMM path) draw racecheck
+      # reports; ours must have none. Both counts are logged; only ours fail the check.
+      ours=$(grep -E "Race reported" "$logf" | grep -vc "nvjet_")
+      cublas=$(grep -E "Race reported" "$logf" | grep -c "nvjet_")
+      log "compute-sanitizer racecheck $name: $ours race reports in attnrt kernels, $cublas inside cuBLAS (nvjet_*) ${tests}"
+      [ "$ours" -eq 0 ] || status=1
+      continue
+    fi
+    log "compute-sanitizer $tool $name: rc=$rc ${summary:-no summary} ${tests}"
+    [ "$rc" -eq 0 ] || status=1
   done
 fi
 
