@@ -112,15 +112,16 @@ def time_sdpa(torch, b, h, hkv, t, d, replays, first=None):
             "rotation_sets": n_sets, "steps_per_graph": steps, "replays": replays}
 
 
-def winners(result, ratios):
-    """Per shape: the fastest of SDPA and every attnrt variant (`default` is one of the variants
-    under its own name, so it is not a contender of its own) and its margin over the runner-up
-    (runner-up time / winner time - 1)."""
+def winners(result, ratios, default_variant):
+    """Per shape: the fastest of SDPA and every attnrt variant and its margin over the runner-up
+    (runner-up time / winner time - 1). `default` is `default_variant` under another name: it
+    contends only when that variant's own row was not timed (a --benchmark_filter left it out)."""
     out = {}
     for name, r in result["shapes"].items():
         times = {"sdpa": r["us"]}
-        for variant, x in ratios.get(name, {}).items():
-            if variant != "default":
+        rows = ratios.get(name, {})
+        for variant, x in rows.items():
+            if variant != "default" or default_variant not in rows:
                 times[variant] = x["attnrt_us"]
         ranked = sorted(times.items(), key=lambda kv: kv[1])
         w = {"winner": ranked[0][0], "us": ranked[0][1]}
@@ -239,7 +240,7 @@ def main():
                 for x in rows.values():
                     x.setdefault("sdpa_note", result["shapes"][shape]["note"])
         result["ratios"] = ratios
-        result["winners"] = winners(result, ratios)
+        result["winners"] = winners(result, ratios, args.default_variant)
     variants = sorted({v for r in ratios.values() for v in r}, key=lambda v: (v != "default", v))
     header = f"{'shape':30s} {'SDPA us':>9s} {'SDPA TB/s':>9s}" + "".join(
         f" {v + ' us':>14s} {v + '/SDPA':>14s}" for v in variants)

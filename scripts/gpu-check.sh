@@ -100,6 +100,8 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 gpu_slug=$(echo "$gpu" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
 out=${OUT_DIR:-bench/results/$(date -u +%Y-%m-%d)_${gpu_slug}}
 mkdir -p "$out"
+# Everything this script prints also lands in the record (gpu-check.log).
+exec > >(tee -a "$out/gpu-check.log") 2>&1
 build=${BUILD_DIR:-build-gpu}
 status=0
 # The device machine's copy has no usable .git (file modes differ): its caller names the commit.
