@@ -1,8 +1,9 @@
-// Command-line flags of the tools (examples and benchmarks share it: attnrt_flags). A tool
-// declares each flag once (name, destination, help, range); parsing, --help (with the defaults)
-// and error messages naming the flag and the value all come from those declarations, so the help
-// cannot drift from the parser. Every tool also answers --version (the library's version) and
-// takes --log-level (the library's logger).
+// Command-line flags of the tools (examples and benchmarks share it: attnrt_flags), over CLI11.
+// A tool declares each flag once (name, destination, help, range); parsing, --help (with the
+// defaults) and error messages naming the flag and the value all come from those declarations,
+// so the help cannot drift from the parser. Every tool also answers --version (the library's
+// version) and takes --log-level (the library's logger). Parse never throws and prints nothing
+// through iostreams (only stdio), so a caller, or the flags fuzzer, sees all of its output.
 #pragma once
 
 #include <cmath>
@@ -11,10 +12,13 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include <attnrt/log.h>
 #include <attnrt/runtime.h>
@@ -26,7 +30,13 @@ class FlagSet {
  public:
   // `summary`: the first line(s) of --help.
   FlagSet(std::string tool, std::string summary)
-      : tool_(std::move(tool)), summary_(std::move(summary)) {}
+      : tool_(std::move(tool)), app_(std::make_unique<CLI::App>(std::move(summary), tool_)) {
+    // -h is answered by Parse alone: CLI11 would also read "-hx" as -h bundled with -x.
+    app_->set_help_flag("--help", "this text and exit (also -h)");
+    // A flag given twice: the last one counts (and is checked), as with most Unix tools.
+    app_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app_->formatter(std::make_shared<HelpFormatter>());
+  }
 
   // Integers (int, long, uint64_t) within [lo, hi].
   template <typename T>
@@ -62,7 +72,7 @@ class FlagSet {
       if (!all.empty()) all += '|';
       all += c;
     }
-    Add(name, all.c_str(), help, *dst, [=](const std::string& v) {
+    Add(name, all, help, *dst, [=](const std::string& v) {
       for (const std::string& c : choices) {
         if (v == c) {
           *dst = v;
@@ -74,10 +84,7 @@ class FlagSet {
   }
   // A switch: present means true.
   void Bool(const char* name, bool* dst, const char* help) {
-    flags_.push_back({name, "", help, "", true, [=](const std::string&) {
-                        *dst = true;
-                        return std::string();
-                      }});
+    app_->add_flag_callback(name, [dst] { *dst = true; }, help);
   }
   // Comma-separated numbers, each >= 0 (and, for an integer T, below 2^digits: it must fit T).
   template <typename T>
@@ -109,11 +116,14 @@ class FlagSet {
     });
   }
   // Text printed after the flag list in --help.
-  void Footer(std::string text) { footer_ = std::move(text); }
+  void Footer(std::string text) { app_->footer(std::move(text)); }
 
-  // kContinue to go on; otherwise the exit code: 0 after --help, 2 after an error (printed).
+  // kContinue to go on; otherwise the exit code: 0 after --help or --version (printed), 2 after
+  // a usage error (printed on stderr as 'tool: what (see --help)', naming the flag).
   static constexpr int kContinue = -1;
   int Parse(int argc, char** argv) const {
+    // --help and --version win wherever they stand (the first of them), before any value is
+    // checked: a user asking for help gets it even with a mistake elsewhere on the line.
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--help" || a == "-h") {
@@ -125,74 +135,78 @@ class FlagSet {
                     ATTNRT_WITH_CUDA ? "CUDA and CPU executors" : "CPU executor only");
         return 0;
       }
-      if (a == "--log-level") {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "%s: %s needs a value (see --help)\n", tool_.c_str(), a.c_str());
-          return 2;
-        }
-        const std::string level = argv[++i];
-        if (const Status s = SetLogLevel(level); !s.ok()) {
-          std::fprintf(stderr, "%s: %s = '%s': %s\n", tool_.c_str(), a.c_str(), level.c_str(),
-                       s.message().c_str());
-          return 2;
-        }
-        continue;
-      }
-      const Flag* f = Find(a);
-      if (f == nullptr) {
-        std::fprintf(stderr, "%s: unknown option %s (see --help)\n", tool_.c_str(), a.c_str());
-        return 2;
-      }
-      std::string value;
-      if (!f->is_switch) {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "%s: %s needs a value (see --help)\n", tool_.c_str(), a.c_str());
-          return 2;
-        }
-        value = argv[++i];
-      }
-      const std::string error = f->set(value);
-      if (!error.empty()) {
-        std::fprintf(stderr, "%s: %s = '%s': %s\n", tool_.c_str(), a.c_str(), value.c_str(),
-                     error.c_str());
-        return 2;
-      }
+    }
+    DeclareCommonFlags();
+    try {
+      app_->clear();
+      app_->parse(argc, argv);
+    } catch (const CLI::CallForHelp&) {
+      PrintHelp();
+      return 0;
+    } catch (const CLI::ParseError& e) {
+      std::fprintf(stderr, "%s: %s (see --help)\n", tool_.c_str(), e.what());
+      return 2;
+    } catch (const std::exception& e) {  // a conversion CLI11 does not wrap: still a usage error
+      std::fprintf(stderr, "%s: %s (see --help)\n", tool_.c_str(), e.what());
+      return 2;
     }
     return kContinue;
   }
 
   void PrintHelp() const {
-    std::printf("%s\n\n", summary_.c_str());
-    for (const Flag& f : flags_) {
-      std::string left = "  " + f.name + (f.value_name.empty() ? "" : " " + f.value_name);
-      if (left.size() < 28) left.resize(28, ' ');
-      std::printf("%s %s%s\n", left.c_str(), f.help.c_str(),
-                  f.is_switch || f.default_value.empty() ? ""
-                                                         : (" (" + f.default_value + ")").c_str());
-    }
-    std::printf("  %-26s the library's log level: %s (SPDLOG_LEVEL, else info)\n",
-                "--log-level LEVEL", std::string(kLogLevelNames).c_str());
-    std::printf("  %-26s the tool's and the library's version\n", "--version");
-    std::printf("  %-26s this text\n", "--help");
-    if (!footer_.empty()) std::printf("\n%s\n", footer_.c_str());
+    DeclareCommonFlags();
+    std::fputs(app_->help().c_str(), stdout);
   }
 
  private:
-  struct Flag {
-    std::string name, value_name, help, default_value;
-    bool is_switch = false;
-    std::function<std::string(const std::string&)> set;  // empty string: accepted
+  // '--flag VALUE   help (default: X)': the default after the help text, where it reads best.
+  class HelpFormatter : public CLI::Formatter {
+   public:
+    HelpFormatter() { column_width(30); }
+    std::string make_option_opts(const CLI::Option* opt) const override {
+      return opt->get_type_name().empty() ? "" : " " + opt->get_type_name();
+    }
+    std::string make_option_desc(const CLI::Option* opt) const override {
+      std::string d = opt->get_description();
+      if (!opt->get_default_str().empty()) d += " (default: " + opt->get_default_str() + ")";
+      return d;
+    }
   };
 
-  void Add(const char* name, const char* value_name, const char* help, std::string def,
-           std::function<std::string(const std::string&)> set) {
-    flags_.push_back({name, value_name, help, std::move(def), false, std::move(set)});
+  // --log-level and --version, declared last so that --help lists them after the tool's own.
+  void DeclareCommonFlags() const {
+    if (common_declared_) return;
+    common_declared_ = true;
+    // The library's logger, applied when the flags are parsed (the last one given wins).
+    app_->add_option_function<std::string>(
+            "--log-level",
+            [](const std::string& level) {
+              if (const Status s = SetLogLevel(level); !s.ok()) {
+                throw CLI::ValidationError("--log-level = '" + level + "'", s.message());
+              }
+            },
+            "the library's log level: " + std::string(kLogLevelNames) +
+                " (SPDLOG_LEVEL, else info)")
+        ->type_name("LEVEL");
+    // Answered by Parse before CLI11 runs; declared for --help.
+    app_->add_flag_callback("--version", [] {}, "the tool's and the library's version");
   }
-  const Flag* Find(const std::string& name) const {
-    for (const Flag& f : flags_) {
-      if (f.name == name) return &f;
-    }
-    return nullptr;
+
+  // Every valued flag reaches its destination through `set`, which returns an error message or
+  // an empty string; the destination is untouched on error.
+  void Add(const char* name, const std::string& value_name, const char* help, std::string def,
+           std::function<std::string(const std::string&)> set) {
+    const std::string flag = name;
+    app_->add_option_function<std::string>(
+            flag,
+            [flag, set = std::move(set)](const std::string& v) {
+              if (std::string error = set(v); !error.empty()) {
+                throw CLI::ValidationError(flag + " = '" + v + "'", error);
+              }
+            },
+            help)
+        ->type_name(value_name)
+        ->default_str(std::move(def));
   }
   static bool ParseNumber(const std::string& v, double* x) {
     char* end = nullptr;
@@ -208,8 +222,9 @@ class FlagSet {
     return std::string("expected ") + what + " in [" + Format(lo) + ", " + Format(hi) + "]";
   }
 
-  std::string tool_, summary_, footer_;
-  std::vector<Flag> flags_;
+  std::string tool_;
+  std::unique_ptr<CLI::App> app_;  // a pointer: FlagSet stays movable; Parse is logically const
+  mutable bool common_declared_ = false;
 };
 
 // The --device choices of every tool.

@@ -1,4 +1,5 @@
-// libFuzzer target for the tools' command-line parsing (examples/flags.h): a FlagSet declared as
+// libFuzzer target for the tools' command-line parsing (tools/flags.h, over CLI11, whose exceptions
+// Parse must turn into exit codes, never let out): a FlagSet declared as
 // tune_window, serve_tcp, loadgen_tcp or demo declare theirs (names, types, ranges, defaults;
 // copied from their ParseArgs, help texts shortened), parsing an argv built from the input.
 // Checks: nothing crashes; Parse returns kContinue, 0 (only for --help/-h) or 2; a 2 comes with
