@@ -5,7 +5,8 @@
 set -euo pipefail
 case "${1:-}" in -h|--help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 pkgs=(cmake ninja-build g++ libspdlog-dev libboost-dev libconcurrentqueue-dev libgtest-dev
-      libgmock-dev libbenchmark-dev pkg-config python3)
+      libgmock-dev libbenchmark-dev pkg-config python3 libcli11-dev nlohmann-json3-dev
+      python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
