@@ -1,25 +1,34 @@
-// tune_window: picks the batching window for a deployment. Drives the scheduler over the real
-// executor (CUDA when a GPU is present, else the CPU executor) with open-loop Poisson load at
-// each offered rate, for every (max_queue_delay, max_batch_size) pair, prints achieved batch
-// size, p50/p99/p999 latency and throughput, and recommends, per rate, the setting with the
-// lowest p99 among those that keep up with the rate and meet the latency objective (ties within
-// 10% go to the fuller batch). Optional JSON output for records. With --criteria B it also
-// measures the executor's kernel-only capacity at batch B and checks the scheduler against it
-// (throughput at saturation, p99 at 70% load).
+// tune_window (installed as attnrt-tune): picks the batching window for a deployment. Drives the
+// scheduler over the real executor (CUDA when a GPU is present, else the CPU executor) with
+// open-loop Poisson load at each offered rate, for every (max_queue_delay, max_batch_size) pair.
+// It first measures the maximum sustainable rate (the executor alone, full batches: no setting
+// can beat it) and warns about offered rates beyond it; points far past it run once, shortened,
+// and are never recommended. Every other point runs --repeats times; the table shows the median
+// and the spread of p99. Per rate it recommends, among the settings that keep up (>= 90% of the
+// rate, no shed load) and meet the p99 objective, the lowest median p99, where settings whose p99
+// ranges overlap (within the noise) are ties that go to the smaller window, then the smaller
+// batch; when none meets the objective it names the nearest miss. --json and --csv are written
+// as the sweep goes (a killed run leaves what it measured); bench/plot_tune.py draws the JSON.
+// With --criteria B it also checks the scheduler against the executor's kernel-only capacity at
+// batch B (throughput at saturation, p99 at 70% load).
 // Exit codes: 0 done; 1 a run failed, requests included (any request that does not complete OK
 // with a plausible output, tools/open_loop.h; load shed by Submit with ResourceExhausted under
 // overload is expected, reported and never recommended): the tool says why and recommends
 // nothing; 2 bad flags; 3 a criterion missed.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <attnrt/version.h>  // ATTNRT_WITH_CUDA
 #include "api/internal/cuda_device.h"
@@ -28,6 +37,8 @@
 #include "runtime/cuda_executor.h"
 #include "tools/flags.h"
 #include "tools/open_loop.h"
+#include "tools/percentile.h"
+#include "tools/progress.h"
 
 namespace {
 
@@ -44,7 +55,9 @@ struct ToolOptions {
   int heads = 32, kv_heads = 8, head_dim = 128, block_size = 16;
   int context = 512;
   int sequences = 1024;
-  std::string json;
+  int repeats = 3;
+  std::string json, csv;
+  bool full_overload = false;
   // Issue-6 criteria at one batch size (0 = off): capacity, saturation and 70%-load checks.
   int criteria_batch = 0;
   int criteria_window_us = 200;
@@ -62,7 +75,9 @@ struct ToolOptions {
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
 int Parse(int argc, char** argv, ToolOptions* o) {
   attnrt::tools::FlagSet flags(
-      "tune_window", "tune_window: sweep the batching window under open-loop load and recommend a setting.");
+      "tune_window",
+      "tune_window (attnrt-tune): sweep the batching window under open-loop load and recommend\n"
+      "a setting per offered rate.");
   flags.Choice("--device", &o->device, attnrt::tools::DeviceChoices(),
                "executor (auto: CUDA when a GPU is present)");
   flags.List("--rates", &o->rates, "offered loads in requests/s");
@@ -80,7 +95,15 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   flags.Int("--block-size", &o->block_size, "KV block size: 8, 16, 32 or 64");
   flags.Int("--context", &o->context, "prompt tokens prefilled per sequence", 1, 1 << 20);
   flags.Int("--sequences", &o->sequences, "sequences the load cycles through", 1, 1 << 20);
-  flags.String("--json", &o->json, "also write every point as JSON to this file");
+  flags.Int("--repeats", &o->repeats,
+            "runs per point; the median decides, the spread tells the noise apart", 1, 100);
+  flags.String("--json", &o->json,
+               "also write the sweep as JSON to this file, rewritten after every point "
+               "(bench/plot_tune.py plots it)");
+  flags.String("--csv", &o->csv, "also write one CSV row per point to this file, as it goes");
+  flags.Bool("--full-overload", &o->full_overload,
+             "run points far past the maximum sustainable rate in full too (default: once, "
+             "shortened)");
   flags.Int("--criteria", &o->criteria_batch,
             "also check at max batch B: kernel-only capacity, throughput at saturation "
             "(>= 0.9x), p99 at 70% load (<= window + 2 x step); 0 = off",
@@ -110,16 +133,19 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   return rc;
 }
 
-// One open-loop run at (rate, window, max batch) with the tool's duration and sequences.
+// One open-loop run at (rate, window, max batch) for `duration_s` (default: the tool's) over the
+// tool's sequences; `seed` picks the arrival schedule (each repeat its own).
 attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
                                                          attnrt::runtime::Executor* executor,
                                                          double rate, int window_us,
-                                                         int max_batch) {
+                                                         int max_batch, double duration_s = 0,
+                                                         std::uint64_t seed = 1) {
   attnrt::tools::OpenLoopConfig c;
   c.rate_per_s = rate;
   c.window = std::chrono::microseconds(window_us);
   c.max_batch = max_batch;
-  c.duration_s = o.duration_s;
+  c.duration_s = duration_s > 0 ? duration_s : o.duration_s;
+  c.seed = seed;
   c.num_sequences = o.sequences;
   c.max_queue_size = o.max_queue_size;
   c.producers = o.producers;
@@ -202,43 +228,202 @@ class FailureInjectingExecutor final : public attnrt::runtime::Executor {
   std::int64_t requests_ = 0;  // Submit runs on one thread at a time
 };
 
+// Points run far past the maximum sustainable rate (this many times it) measure only how the
+// queue overflows: they run once, shortened to the requests the device can serve in --duration,
+// and are never recommended (unless --full-overload).
+constexpr double kFarPastCapacity = 1.5;
+// A setting keeps up when it completes at least this fraction of the offered rate.
+constexpr double kKeepsUpFraction = 0.9;
+// p99 ranges over the repeats are widened by this fraction on each side before they are compared:
+// with one repeat there is no spread to go by, and timers and schedulers jitter by a few percent.
+constexpr double kNoiseFloor = 0.05;
+
+// One (rate, window, max batch) point: its repeats and their summary.
 struct Point {
-  double rate;
-  int window_us, max_batch;
-  attnrt::tools::OpenLoopResult r;
+  double rate = 0;
+  int window_us = 0, max_batch = 0;
+  bool overloaded = false;  // rate beyond the maximum sustainable rate
+  bool shortened = false;   // far past it: one short run, never recommended
+  std::vector<attnrt::tools::OpenLoopResult> runs;
+
+  // Medians over the repeats, and the p99 range.
+  double Median(double attnrt::tools::OpenLoopResult::*field) const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.*field);
+    return attnrt::tools::Median(v);
+  }
+  double p99() const { return Median(&attnrt::tools::OpenLoopResult::p99_us); }
+  double p99_min() const {
+    double m = runs.front().p99_us;
+    for (const auto& r : runs) m = std::min(m, r.p99_us);
+    return m;
+  }
+  double p99_max() const {
+    double m = runs.front().p99_us;
+    for (const auto& r : runs) m = std::max(m, r.p99_us);
+    return m;
+  }
+  double throughput() const { return Median(&attnrt::tools::OpenLoopResult::throughput_per_s); }
+  double batch() const { return Median(&attnrt::tools::OpenLoopResult::batch_mean); }
+  std::int64_t rejected() const {
+    std::int64_t n = 0;
+    for (const auto& r : runs) n += r.rejected;
+    return n;
+  }
+  std::int64_t failures() const {
+    std::int64_t n = 0;
+    for (const auto& r : runs) n += r.failures();
+    return n;
+  }
+  bool KeepsUp() const {
+    return !shortened && rejected() == 0 && throughput() >= kKeepsUpFraction * rate;
+  }
+  // Within the noise of `other`: their p99 ranges, widened by the noise floor, overlap.
+  bool TiesWith(const Point& other) const {
+    return p99_min() * (1 - kNoiseFloor) <= other.p99_max() * (1 + kNoiseFloor) &&
+           other.p99_min() * (1 - kNoiseFloor) <= p99_max() * (1 + kNoiseFloor);
+  }
 };
 
-}  // namespace
+// The verdict for one offered rate.
+struct Recommendation {
+  double rate = 0;
+  const Point* best = nullptr;        // meets the objective; null when none does
+  std::vector<const Point*> ties;     // the settings within the noise of the lowest p99
+  const Point* nearest_miss = nullptr;  // when none meets it: the closest one
+  std::string miss_reason;
+};
 
-int main(int argc, char** argv) {
-  ToolOptions o;
-  if (const int rc = Parse(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) return rc;
+Recommendation Recommend(const std::vector<Point>& points, double rate, double p99_slo_us) {
+  Recommendation rec;
+  rec.rate = rate;
+  const Point* fastest = nullptr;
+  for (const Point& p : points) {
+    if (p.rate != rate || !p.KeepsUp() || p.p99() > p99_slo_us) continue;
+    if (!fastest || p.p99() < fastest->p99()) fastest = &p;
+  }
+  if (fastest) {
+    // Ties: every qualifying setting within the noise of the fastest; the smaller window wins
+    // (less added latency at low load), then the smaller batch (less memory held per step).
+    for (const Point& p : points) {
+      if (p.rate != rate || !p.KeepsUp() || p.p99() > p99_slo_us) continue;
+      if (p.TiesWith(*fastest)) rec.ties.push_back(&p);
+    }
+    rec.best = *std::min_element(rec.ties.begin(), rec.ties.end(), [](const Point* a, const Point* b) {
+      return std::pair(a->window_us, a->max_batch) < std::pair(b->window_us, b->max_batch);
+    });
+    return rec;
+  }
+  // Nearest miss: among the settings that keep up, the lowest p99; if none keeps up, the one
+  // that completes the most.
+  for (const Point& p : points) {
+    if (p.rate != rate || p.shortened) continue;
+    if (p.KeepsUp()) {
+      if (!rec.nearest_miss || !rec.nearest_miss->KeepsUp() || p.p99() < rec.nearest_miss->p99()) {
+        rec.nearest_miss = &p;
+      }
+    } else if (!rec.nearest_miss ||
+               (!rec.nearest_miss->KeepsUp() && p.throughput() > rec.nearest_miss->throughput())) {
+      rec.nearest_miss = &p;
+    }
+  }
+  if (rec.nearest_miss == nullptr) {
+    rec.miss_reason = "every point at this rate was far past the maximum sustainable rate";
+  } else if (rec.nearest_miss->KeepsUp()) {
+    std::ostringstream why;
+    why << "p99 " << std::lround(rec.nearest_miss->p99()) << " us is "
+        << std::lround(100 * (rec.nearest_miss->p99() / p99_slo_us - 1)) << "% over the objective";
+    rec.miss_reason = why.str();
+  } else {
+    std::ostringstream why;
+    why << "no setting keeps up; the best completes " << std::lround(rec.nearest_miss->throughput())
+        << " req/s (" << std::lround(100 * rec.nearest_miss->throughput() / rate) << "% of the rate";
+    if (rec.nearest_miss->rejected() > 0) why << ", " << rec.nearest_miss->rejected() << " shed";
+    why << ")";
+    rec.miss_reason = why.str();
+  }
+  return rec;
+}
 
-  int max_batch = 0;
-  for (int b : o.max_batches) max_batch = std::max(max_batch, b);
-  double tokens_per_seq = 0;  // every point appends rate * duration / sequences tokens
-  for (double rate : o.rates) tokens_per_seq += rate * o.duration_s / o.sequences;
-  tokens_per_seq *= o.sweep ? o.windows_us.size() * o.max_batches.size() : 0;
-  // Criteria runs: capacity, saturation (1.5x) and 70% load, at most ~1M requests/s each.
-  if (o.criteria_batch > 0) tokens_per_seq += 3 * 1.0e6 * o.duration_s / o.sequences;
-  max_batch = std::max(max_batch, o.criteria_batch);
+nlohmann::ordered_json RunJson(const attnrt::tools::OpenLoopResult& r) {
+  return {{"throughput_per_s", r.throughput_per_s}, {"batch_mean", r.batch_mean},
+          {"p50_us", r.p50_us},   {"p99_us", r.p99_us},
+          {"p999_us", r.p999_us}, {"max_us", r.max_us},
+          {"exec_p50_us", r.executor_p50_us},
+          {"queue_delay_p99_us", r.queue_delay_p99_us},
+          {"offered", r.offered}, {"completed", r.completed},
+          {"rejected", r.rejected}, {"failed", r.failures()}};
+}
 
+nlohmann::ordered_json PointJson(const Point& p) {
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const auto& r : p.runs) runs.push_back(RunJson(r));
+  using R = attnrt::tools::OpenLoopResult;
+  return {{"rate", p.rate},
+          {"window_us", p.window_us},
+          {"max_batch", p.max_batch},
+          {"repeats", p.runs.size()},
+          {"throughput", p.throughput()},
+          {"batch_mean", p.batch()},
+          {"p50_us", p.Median(&R::p50_us)},
+          {"p99_us", p.p99()},
+          {"p99_min_us", p.p99_min()},
+          {"p99_max_us", p.p99_max()},
+          {"p999_us", p.Median(&R::p999_us)},
+          {"exec_p50_us", p.Median(&R::executor_p50_us)},
+          {"rejected", p.rejected()},
+          {"failed", p.failures()},
+          {"keeps_up", p.KeepsUp()},
+          {"overloaded", p.overloaded},
+          {"shortened", p.shortened},
+          {"runs", runs}};
+}
+
+nlohmann::ordered_json SettingJson(const Point& p) {
+  return {{"window_us", p.window_us}, {"max_batch", p.max_batch}, {"p99_us", p.p99()},
+          {"p99_min_us", p.p99_min()}, {"p99_max_us", p.p99_max()},
+          {"throughput", p.throughput()}, {"batch_mean", p.batch()}};
+}
+
+// Writes `j` to `path` through a temporary file and a rename, so that a reader (or a killed run)
+// never sees half a document. False, after saying why, when it cannot.
+bool WriteJsonFile(const std::string& path, const nlohmann::ordered_json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << j.dump(2) << '\n';
+    if (!f) {
+      std::fprintf(stderr, "tune_window: cannot write %s\n", tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "tune_window: cannot rename %s to %s\n", tmp.c_str(), path.c_str());
+    return false;
+  }
+  return true;
+}
+
+// The executor the tool drives: CUDA or CPU (with failure injection when asked), sized for
+// `sequences` sequences of up to `max_context` tokens and batches of `max_batch`, its sequences
+// created and prefilled with `context` tokens of values in [-1, 1] (what the open-loop output
+// check needs, RunPoint). Null, after saying why, when it cannot be built.
+std::unique_ptr<attnrt::runtime::Executor> MakeExecutor(const ToolOptions& o, int max_context,
+                                                        int max_batch, std::string* device) {
   attnrt::ModelShape shape;
   shape.num_layers = 1;
   shape.num_q_heads = o.heads;
   shape.num_kv_heads = o.kv_heads;
   shape.head_dim = o.head_dim;
   shape.block_size = o.block_size;
-  shape.max_context = o.context + static_cast<int>(tokens_per_seq * 1.5) + 64;
+  shape.max_context = max_context;
   if (auto st = shape.Validate(); !st.ok()) {
     std::fprintf(stderr, "tune_window: %s\n", st.ToString().c_str());
-    return 2;
+    return nullptr;
   }
-  const std::int32_t blocks_needed =
-      o.sequences * (shape.max_blocks_per_sequence() + 1) + 64;
+  const std::int32_t blocks_needed = o.sequences * (shape.max_blocks_per_sequence() + 1) + 64;
 
   std::unique_ptr<attnrt::runtime::Executor> executor;
-  std::string device;
   const bool cuda = o.device == "cuda" || (o.device == "auto" && attnrt::CudaDeviceAvailable());
   if (cuda) {
 #if ATTNRT_WITH_CUDA
@@ -251,14 +436,14 @@ int main(int argc, char** argv) {
     auto e = attnrt::runtime::CreateCudaExecutor(co);
     if (!e.ok()) {
       std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());
-      return 1;
+      return nullptr;
     }
     executor = std::move(*e);
-    device = "CUDA executor";
+    *device = "CUDA executor";
 #else
     std::fprintf(stderr, "tune_window: --device cuda: %s\n",
                  attnrt::NoCudaDeviceReason().c_str());
-    return 1;
+    return nullptr;
 #endif
   } else {
     attnrt::runtime::CpuExecutorOptions co;
@@ -268,87 +453,289 @@ int main(int argc, char** argv) {
     auto e = attnrt::runtime::CpuExecutor::Create(co);
     if (!e.ok()) {
       std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());
-      return 1;
+      return nullptr;
     }
     executor = std::move(*e);
-    device = "CPU executor";
+    *device = "CPU executor";
   }
   if (o.inject_failures_every > 0) {
     executor = std::make_unique<FailureInjectingExecutor>(
         std::move(executor), o.inject_failures_every, o.inject_failure_kind == "output");
-    device += " (injecting failures: testing only)";
+    *device += " (injecting failures: testing only)";
   }
 
-  std::printf("tune_window on the %s: H=%d Hkv=%d D=%d block %d, %d sequences x %d tokens\n",
-              device.c_str(), o.heads, o.kv_heads, o.head_dim, o.block_size, o.sequences,
-              o.context);
-  std::printf("prefilling...\n");
+  std::mt19937_64 rng(12345);
+  const std::vector<Half> kv = attnrt::tools::UniformHalves(
+      rng, static_cast<std::size_t>(o.context) * shape.kv_token_elems());
+  for (int s = 0; s < o.sequences; ++s) {
+    attnrt::Status st = executor->CreateSequence(s);
+    if (st.ok()) st = executor->Prefill(s, 0, o.context, kv.data(), kv.data());
+    if (!st.ok()) {
+      std::fprintf(stderr, "tune_window: sequence %d: %s\n", s, st.ToString().c_str());
+      return nullptr;
+    }
+  }
+  return executor;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ToolOptions o;
+  if (const int rc = Parse(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) return rc;
+
+  int max_batch = 0;
+  for (int b : o.max_batches) max_batch = std::max(max_batch, b);
+  const int capacity_batch = std::clamp(max_batch, 1, o.sequences);
+  max_batch = std::max(max_batch, o.criteria_batch);
+
   {
-    // Values in [-1, 1], as the open-loop runs' output check needs (RunPoint).
-    std::mt19937_64 rng(12345);
-    const std::vector<Half> kv = attnrt::tools::UniformHalves(
-        rng, static_cast<std::size_t>(o.context) * shape.kv_token_elems());
-    for (int s = 0; s < o.sequences; ++s) {
-      attnrt::Status st = executor->CreateSequence(s);
-      if (st.ok()) st = executor->Prefill(s, 0, o.context, kv.data(), kv.data());
-      if (!st.ok()) {
-        std::fprintf(stderr, "tune_window: sequence %d: %s\n", s, st.ToString().c_str());
-        return 1;
+    attnrt::ModelShape shape;
+    shape.num_layers = 1;
+    shape.num_q_heads = o.heads;
+    shape.num_kv_heads = o.kv_heads;
+    shape.head_dim = o.head_dim;
+    shape.block_size = o.block_size;
+    shape.max_context = o.context + 64;
+    if (auto st = shape.Validate(); !st.ok()) {  // the flags describe no valid model
+      std::fprintf(stderr, "tune_window: %s\n", st.ToString().c_str());
+      return 2;
+    }
+  }
+  std::printf("tune_window: H=%d Hkv=%d D=%d block %d, %d sequences x %d tokens\n", o.heads,
+              o.kv_heads, o.head_dim, o.block_size, o.sequences, o.context);
+  std::fflush(stdout);
+
+  // The ceiling first: no setting completes more than the executor alone with full batches. It is
+  // measured on an executor of its own (as large, freed before the sweep's), so that the sweep's
+  // can be sized for what the device can serve rather than for what is offered: a rate far past
+  // the ceiling must not make it reserve a cache for requests that will never run.
+  // The capacity run appends at most this many tokens per sequence, however fast the device.
+  constexpr int kWarmupTokensPerSequence = 8, kCapacityTokensPerSequence = 64;
+  double max_rate = 0;
+  nlohmann::ordered_json capacity_json;
+  if (o.sweep) {
+    std::string probe_device;
+    auto probe = MakeExecutor(o, o.context + kWarmupTokensPerSequence +
+                                     kCapacityTokensPerSequence + 64,
+                              capacity_batch, &probe_device);
+    if (!probe) return 1;
+    // A fresh executor's first batches are slow (first touch of the cache, threads and graphs
+    // starting): a short warm-up first, then the measurement.
+    auto cap = attnrt::tools::MeasureExecutorCapacity(
+        probe.get(), capacity_batch, o.sequences, 0.05,
+        static_cast<std::int64_t>(kWarmupTokensPerSequence) * o.sequences);
+    if (cap.ok()) {
+      cap = attnrt::tools::MeasureExecutorCapacity(
+          probe.get(), capacity_batch, o.sequences, std::clamp(o.duration_s, 0.2, 0.5),
+          static_cast<std::int64_t>(kCapacityTokensPerSequence) * o.sequences);
+    }
+    if (!cap.ok()) {
+      std::fprintf(stderr, "tune_window: FAILED: capacity run: %s\n",
+                   cap.status().ToString().c_str());
+      return 1;
+    }
+    max_rate = cap->throughput_per_s;
+    std::printf("maximum sustainable rate: %.0f req/s on the %s (the executor alone, full "
+                "batches of %d, step %.1f us); no setting completes more\n",
+                max_rate, probe_device.c_str(), capacity_batch, cap->step_us);
+    std::fflush(stdout);  // before the warnings on stderr
+    capacity_json = {{"max_rate_per_s", max_rate}, {"batch", capacity_batch},
+                     {"step_us", cap->step_us}, {"duration_s", cap->elapsed_s}};
+    for (double rate : o.rates) {
+      if (rate > kFarPastCapacity * max_rate && !o.full_overload) {
+        std::fprintf(stderr,
+                     "tune_window: warning: rate %.0f req/s is %.1fx the maximum sustainable "
+                     "rate: its points run once, shortened to %.0f requests, and are never "
+                     "recommended (--full-overload runs them in full)\n",
+                     rate, rate / max_rate, max_rate * o.duration_s);
+      } else if (rate > max_rate) {
+        std::fprintf(stderr,
+                     "tune_window: warning: rate %.0f req/s is beyond the maximum sustainable "
+                     "rate (%.0f req/s): its points measure overload\n",
+                     rate, max_rate);
       }
     }
   }
+  // How each rate's points run: repeats and seconds of arrivals (far past the ceiling: once, as
+  // many requests as the device serves in --duration).
+  auto plan = [&](double rate, int* repeats, double* duration_s) {
+    const bool shortened = rate > kFarPastCapacity * max_rate && !o.full_overload;
+    *repeats = shortened ? 1 : o.repeats;
+    *duration_s = shortened ? o.duration_s * max_rate / rate : o.duration_s;
+    return shortened;
+  };
+
+  // Every run appends (requests offered) / sequences tokens per sequence.
+  double tokens_per_seq = 0;
+  for (double rate : o.sweep ? o.rates : std::vector<double>{}) {
+    int repeats;
+    double d;
+    plan(rate, &repeats, &d);
+    tokens_per_seq += rate * d * repeats * o.windows_us.size() * o.max_batches.size() /
+                      o.sequences;
+  }
+  // Criteria runs: capacity, saturation (1.5x) and 70% load, at most ~1M requests/s each.
+  if (o.criteria_batch > 0) tokens_per_seq += 3 * 1.0e6 * o.duration_s / o.sequences;
+  std::string device;
+  std::printf("prefilling...\n");
+  std::fflush(stdout);
+  std::unique_ptr<attnrt::runtime::Executor> executor = MakeExecutor(
+      o, o.context + static_cast<int>(tokens_per_seq * 1.5) + 64, max_batch, &device);
+  if (!executor) return 1;
+  std::printf("on the %s\n", device.c_str());
+
+  // The JSON document: rewritten after every point, so it always holds what was measured.
+  nlohmann::ordered_json doc = {
+      {"tool", "attnrt-tune"},
+      {"format", 1},  // this document's layout; bench/plot_tune.py reads it
+      {"version", attnrt::Version()},
+      {"complete", false},
+      {"device", device},
+      {"shape",
+       {{"heads", o.heads}, {"kv_heads", o.kv_heads}, {"head_dim", o.head_dim},
+        {"block_size", o.block_size}, {"context", o.context}, {"sequences", o.sequences}}},
+      {"objective",
+       {{"p99_us", o.p99_slo_us}, {"min_throughput_fraction", kKeepsUpFraction},
+        {"shed_load_allowed", false}}},
+      {"sweep",
+       {{"rates", o.rates}, {"windows_us", o.windows_us}, {"max_batches", o.max_batches},
+        {"duration_s", o.duration_s}, {"repeats", o.repeats}, {"producers", o.producers},
+        {"max_queue_size", o.max_queue_size}, {"noise_floor", kNoiseFloor},
+        {"far_past_capacity", kFarPastCapacity}}},
+      {"points", nlohmann::ordered_json::array()},
+      {"recommendations", nlohmann::ordered_json::array()}};
+  auto write_json = [&] { return o.json.empty() || WriteJsonFile(o.json, doc); };
+  std::ofstream csv;
+  if (!o.csv.empty()) {
+    csv.open(o.csv);
+    csv << "rate,window_us,max_batch,repeats,throughput_per_s,batch_mean,p50_us,p99_us,"
+           "p99_min_us,p99_max_us,p999_us,rejected,failed,keeps_up,overloaded,shortened\n";
+    if (!csv.flush()) {
+      std::fprintf(stderr, "tune_window: cannot write %s\n", o.csv.c_str());
+      return 1;
+    }
+  }
+  if (!write_json()) return 1;
 
   std::vector<Point> points;
-  const std::size_t total = o.rates.size() * o.windows_us.size() * o.max_batches.size();
   if (o.sweep) {
-    std::printf("\n%10s %9s %9s %10s %9s %9s %9s %9s %8s %8s\n", "rate/s", "window_us",
-                "max_batch", "thru/s", "batch", "p50_us", "p99_us", "p999_us", "rejected",
-                "failed");
-  }
-  for (double rate : o.sweep ? o.rates : std::vector<double>{}) {
-    for (int b : o.max_batches) {
-      for (int w : o.windows_us) {
-        auto r = RunPoint(o, executor.get(), rate, w, b);
-        if (!r.ok()) {
-          std::fprintf(stderr, "tune_window: FAILED: rate %.0f window %d batch %d: %s\n", rate,
-                       w, b, r.status().ToString().c_str());
-          return 1;
+    doc["capacity"] = capacity_json;
+    // Planned seconds of arrivals, for the progress line.
+    double planned_s = 0;
+    for (double rate : o.rates) {
+      int repeats;
+      double d;
+      plan(rate, &repeats, &d);
+      planned_s += repeats * d * o.windows_us.size() * o.max_batches.size();
+    }
+    attnrt::tools::Progress progress("tune_window sweep", planned_s);
+    double done_s = 0;
+
+    const std::size_t total = o.rates.size() * o.windows_us.size() * o.max_batches.size();
+    std::printf("\n%10s %9s %9s %10s %7s %8s %8s %19s %8s %8s %8s\n", "rate/s", "window_us",
+                "max_batch", "thru/s", "batch", "p50_us", "p99_us", "p99 range (n)", "p999_us",
+                "rejected", "failed");
+    for (double rate : o.rates) {
+      for (int b : o.max_batches) {
+        for (int w : o.windows_us) {
+          Point p;
+          p.rate = rate;
+          p.window_us = w;
+          p.max_batch = b;
+          p.overloaded = rate > max_rate;
+          int repeats;
+          double d;
+          p.shortened = plan(rate, &repeats, &d);
+          for (int rep = 0; rep < repeats; ++rep) {
+            std::ostringstream note;
+            note << "rate " << rate << ", window " << w << " us, max batch " << b << ", run "
+                 << rep + 1 << "/" << repeats;
+            progress.Update(done_s, note.str());
+            auto r = RunPoint(o, executor.get(), rate, w, b, d, 1 + rep);
+            done_s += d;
+            if (!r.ok()) {
+              progress.Done();
+              std::fprintf(stderr, "tune_window: FAILED: rate %.0f window %d batch %d: %s\n",
+                           rate, w, b, r.status().ToString().c_str());
+              return 1;
+            }
+            if (r->failures() > 0) {
+              progress.Done();
+              std::ostringstream what;
+              what << "rate " << rate << " window " << w << " us max batch " << b;
+              ReportFailedRequests(*r, what.str());
+              return 1;
+            }
+            p.runs.push_back(*r);
+          }
+          progress.Done();
+          points.push_back(p);
+          char range[64];
+          std::snprintf(range, sizeof range, "%.0f-%.0f (%zu)", p.p99_min(), p.p99_max(),
+                        p.runs.size());
+          std::printf("%10.0f %9d %9d %10.0f %7.1f %8.0f %8.0f %19s %8.0f %8lld %8lld   [%zu/%zu]%s\n",
+                      rate, w, b, p.throughput(), p.batch(),
+                      p.Median(&attnrt::tools::OpenLoopResult::p50_us), p.p99(), range,
+                      p.Median(&attnrt::tools::OpenLoopResult::p999_us),
+                      static_cast<long long>(p.rejected()), static_cast<long long>(p.failures()),
+                      points.size(), total,
+                      p.shortened ? "  far past capacity: 1 short run"
+                      : p.overloaded ? "  past capacity" : "");
+          std::fflush(stdout);
+          doc["points"].push_back(PointJson(p));
+          if (!write_json()) return 1;
+          if (csv.is_open()) {
+            csv << rate << ',' << w << ',' << b << ',' << p.runs.size() << ',' << p.throughput()
+                << ',' << p.batch() << ',' << p.Median(&attnrt::tools::OpenLoopResult::p50_us)
+                << ',' << p.p99() << ',' << p.p99_min() << ',' << p.p99_max() << ','
+                << p.Median(&attnrt::tools::OpenLoopResult::p999_us) << ',' << p.rejected()
+                << ',' << p.failures() << ',' << p.KeepsUp() << ',' << p.overloaded << ','
+                << p.shortened << '\n';
+            csv.flush();
+          }
         }
-        points.push_back({rate, w, b, *r});
-        std::printf("%10.0f %9d %9d %10.0f %9.1f %9.0f %9.0f %9.0f %8lld %8lld   [%zu/%zu]\n",
-                    rate, w, b, r->throughput_per_s, r->batch_mean, r->p50_us, r->p99_us,
-                    r->p999_us, static_cast<long long>(r->rejected),
-                    static_cast<long long>(r->failures()), points.size(), total);
-        std::fflush(stdout);
-        std::ostringstream what;
-        what << "rate " << rate << " window " << w << " us max batch " << b;
-        if (ReportFailedRequests(*r, what.str())) return 1;
       }
     }
-  }
 
-  if (o.sweep) {
-    std::printf("\nrecommendation (p99 <= %.0f us, keeps up with the offered rate):\n",
-                o.p99_slo_us);
-  }
-  for (double rate : o.sweep ? o.rates : std::vector<double>{}) {
-    const Point* best = nullptr;
-    for (const Point& p : points) {
-      if (p.rate != rate || p.r.rejected > 0) continue;
-      if (p.r.p99_us > o.p99_slo_us || p.r.throughput_per_s < 0.9 * rate) continue;
-      // Among settings that keep up and meet the objective, the lowest p99 wins; within 10% of
-      // it, the fuller batch (more GPU headroom for bursts).
-      const bool clearly_faster = best && p.r.p99_us < 0.9 * best->r.p99_us;
-      const bool as_fast_and_fuller = best && p.r.p99_us < 1.1 * best->r.p99_us &&
-                                      p.r.batch_mean > best->r.batch_mean;
-      if (!best || clearly_faster || as_fast_and_fuller) best = &p;
+    std::printf("\nrecommendation (p99 <= %.0f us, completes >= %.0f%% of the offered rate, no "
+                "shed load; p99 ranges that overlap are ties: the smaller window, then the "
+                "smaller batch):\n",
+                o.p99_slo_us, 100 * kKeepsUpFraction);
+    for (double rate : o.rates) {
+      const Recommendation rec = Recommend(points, rate, o.p99_slo_us);
+      nlohmann::ordered_json j = {{"rate", rate}, {"met", rec.best != nullptr}};
+      if (rec.best) {
+        std::printf("  %8.0f req/s: max_queue_delay %d us, max_batch_size %d (batch %.1f, p99 "
+                    "%.0f us, range %.0f-%.0f",
+                    rate, rec.best->window_us, rec.best->max_batch, rec.best->batch(),
+                    rec.best->p99(), rec.best->p99_min(), rec.best->p99_max());
+        if (rec.ties.size() > 1) {
+          std::printf("; tied within the noise with %zu other setting%s", rec.ties.size() - 1,
+                      rec.ties.size() > 2 ? "s" : "");
+        }
+        std::printf(")\n");
+        j["setting"] = SettingJson(*rec.best);
+        j["ties"] = nlohmann::ordered_json::array();
+        for (const Point* t : rec.ties) {
+          if (t != rec.best) j["ties"].push_back(SettingJson(*t));
+        }
+      } else {
+        std::printf("  %8.0f req/s: no setting meets the objective on this device: %s",
+                    rate, rec.miss_reason.c_str());
+        if (rec.nearest_miss) {
+          std::printf("; nearest miss: max_queue_delay %d us, max_batch_size %d (thru %.0f "
+                      "req/s, p99 %.0f us)",
+                      rec.nearest_miss->window_us, rec.nearest_miss->max_batch,
+                      rec.nearest_miss->throughput(), rec.nearest_miss->p99());
+          j["nearest_miss"] = SettingJson(*rec.nearest_miss);
+        }
+        std::printf("\n");
+        j["miss_reason"] = rec.miss_reason;
+      }
+      doc["recommendations"].push_back(j);
     }
-    if (best) {
-      std::printf("  %8.0f req/s: max_queue_delay %d us, max_batch_size %d (batch %.1f, p99 %.0f us)\n",
-                  rate, best->window_us, best->max_batch, best->r.batch_mean, best->r.p99_us);
-    } else {
-      std::printf("  %8.0f req/s: no setting meets the objective on this device\n", rate);
-    }
+    if (!write_json()) return 1;
   }
 
   int criteria_failures = 0;
@@ -399,28 +786,19 @@ int main(int argc, char** argv) {
       std::printf("    %-10s queue delay p50 %.0f / p99 %.0f us, executor time per batch p50 %.0f us\n",
                   name, r->queue_delay_p50_us, r->queue_delay_p99_us, r->executor_p50_us);
     }
+    doc["criteria"] = {{"batch", b},
+                       {"window_us", w},
+                       {"capacity_per_s", cap->throughput_per_s},
+                       {"step_us", cap->step_us},
+                       {"saturation", RunJson(*saturated)},
+                       {"saturation_ratio", ratio},
+                       {"saturation_pass", sat_ok},
+                       {"load70", RunJson(*loaded)},
+                       {"load70_p99_bound_us", bound},
+                       {"load70_pass", p99_ok}};
   }
 
-  if (!o.json.empty()) {
-    FILE* f = std::fopen(o.json.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "tune_window: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-    std::fprintf(f, "{\"device\": \"%s\", \"points\": [\n", device.c_str());
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      const Point& p = points[i];
-      std::fprintf(f,
-                   "  {\"rate\": %.0f, \"window_us\": %d, \"max_batch\": %d, \"throughput\": %.1f, "
-                   "\"batch_mean\": %.2f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
-                   "\"exec_p50_us\": %.1f, \"rejected\": %lld, \"failed\": %lld}%s\n",
-                   p.rate, p.window_us, p.max_batch, p.r.throughput_per_s, p.r.batch_mean,
-                   p.r.p50_us, p.r.p99_us, p.r.p999_us, p.r.executor_p50_us,
-                   static_cast<long long>(p.r.rejected), static_cast<long long>(p.r.failures()),
-                   i + 1 < points.size() ? "," : "");
-    }
-    std::fprintf(f, "]}\n");
-    std::fclose(f);
-  }
+  doc["complete"] = true;
+  if (!write_json()) return 1;
   return criteria_failures == 0 ? 0 : 3;
 }
