@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <attnrt/runtime.h>
+#include "tools/dense_reference.h"
 #include "tools/flags.h"
 #include "tools/percentile.h"
 
@@ -66,54 +67,9 @@ int ParseArgs(int argc, char** argv, DemoOptions* o) {
   return rc;
 }
 
-std::vector<Half> RandomHalves(std::mt19937& rng, std::size_t n) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<Half> out(n);
-  for (Half& h : out) h = attnrt::FloatToHalf(normal(rng));
-  return out;
-}
-
-// Host mirror of one (sequence, layer): K and V as the cache holds them (FP16 values).
-struct Mirror {
-  std::vector<float> k, v;  // [tokens][Hkv][D]
-};
-
-void Append(Mirror* m, const std::vector<Half>& k, const std::vector<Half>& v) {
-  for (Half h : k) m->k.push_back(attnrt::HalfToFloat(h));
-  for (Half h : v) m->v.push_back(attnrt::HalfToFloat(h));
-}
-
-// Dense FP64 decode attention for one request; returns max |out - ref| over all heads.
-double MaxError(const attnrt::ModelShape& s, const Mirror& m, const std::vector<Half>& q,
-                const std::vector<Half>& out) {
-  const int d = s.head_dim, hkv = s.num_kv_heads, g = s.group_size();
-  const std::size_t tokens = m.k.size() / (static_cast<std::size_t>(hkv) * d);
-  double worst = 0.0;
-  std::vector<double> scores(tokens);
-  for (int h = 0; h < s.num_q_heads; ++h) {
-    const int kvh = h / g;
-    double mx = -1e300;
-    for (std::size_t t = 0; t < tokens; ++t) {
-      double dot = 0.0;
-      const float* kr = &m.k[(t * hkv + kvh) * d];
-      for (int i = 0; i < d; ++i) dot += attnrt::HalfToFloat(q[h * d + i]) * double(kr[i]);
-      scores[t] = dot * s.scale();
-      mx = std::max(mx, scores[t]);
-    }
-    double sum = 0.0;
-    for (double& x : scores) sum += (x = std::exp(x - mx));
-    for (int i = 0; i < d; ++i) {
-      double acc = 0.0;
-      for (std::size_t t = 0; t < tokens; ++t) acc += scores[t] * m.v[(t * hkv + kvh) * d + i];
-      const double error = std::abs(acc / sum - attnrt::HalfToFloat(out[h * d + i]));
-      // A NaN output must fail the check: std::max would drop a NaN error.
-      if (!std::isfinite(error)) return std::numeric_limits<double>::infinity();
-      worst = std::max(worst, error);
-    }
-  }
-  return worst;
-}
-
+using attnrt::tools::KvMirror;
+using attnrt::tools::MaxDecodeError;
+using attnrt::tools::NormalHalves;
 using attnrt::tools::Percentile;
 
 }  // namespace
@@ -154,7 +110,7 @@ int main(int argc, char** argv) {
   // Sequences with random prompts, mirrored on the host.
   const std::size_t kv_elems = static_cast<std::size_t>(s.num_kv_heads) * s.head_dim;
   const std::size_t q_elems = static_cast<std::size_t>(s.num_q_heads) * s.head_dim;
-  std::vector<std::vector<Mirror>> mirrors(o.sequences, std::vector<Mirror>(o.layers));
+  std::vector<std::vector<KvMirror>> mirrors(o.sequences, std::vector<KvMirror>(o.layers));
   std::mt19937 rng(2026);
   for (int seq = 0; seq < o.sequences; ++seq) {
     if (auto st = rt.CreateSequence(seq); !st.ok()) {
@@ -162,12 +118,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (int layer = 0; layer < o.layers; ++layer) {
-      auto k = RandomHalves(rng, kv_elems * o.context), v = RandomHalves(rng, kv_elems * o.context);
+      auto k = NormalHalves(rng, kv_elems * o.context), v = NormalHalves(rng, kv_elems * o.context);
       if (auto st = rt.Prefill(seq, layer, o.context, k, v); !st.ok()) {
         std::fprintf(stderr, "demo: Prefill: %s\n", st.ToString().c_str());
         return 1;
       }
-      Append(&mirrors[seq][layer], k, v);
+      mirrors[seq][layer].Append(k, v);
     }
   }
 
@@ -193,8 +149,8 @@ int main(int argc, char** argv) {
           };
           std::vector<Pending> round;
           for (int seq = t; seq < o.sequences; seq += o.threads) {
-            Pending p{seq, RandomHalves(trng, q_elems), Clock::now(), {}};
-            auto k = RandomHalves(trng, kv_elems), v = RandomHalves(trng, kv_elems);
+            Pending p{seq, NormalHalves(trng, q_elems), Clock::now(), {}};
+            auto k = NormalHalves(trng, kv_elems), v = NormalHalves(trng, kv_elems);
             attnrt::DecodeRequest req;
             req.sequence_id = seq;
             req.layer = layer;
@@ -209,7 +165,7 @@ int main(int argc, char** argv) {
               continue;
             }
             p.result = std::move(submitted->result);
-            Append(&mirrors[seq][layer], k, v);
+            mirrors[seq][layer].Append(k, v);
             round.push_back(std::move(p));
           }
           for (Pending& p : round) {
@@ -221,7 +177,7 @@ int main(int argc, char** argv) {
               continue;
             }
             worst_error[t] =
-                std::max(worst_error[t], MaxError(s, mirrors[p.seq][layer], p.q, r.output));
+                std::max(worst_error[t], MaxDecodeError(s, mirrors[p.seq][layer], p.q, r.output));
             ++completed;
           }
           const long d = done_requests += static_cast<long>(round.size());

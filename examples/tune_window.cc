@@ -309,9 +309,10 @@ Recommendation Recommend(const std::vector<Point>& points, double rate, double p
       if (p.rate != rate || !p.KeepsUp() || p.p99() > p99_slo_us) continue;
       if (p.TiesWith(*fastest)) rec.ties.push_back(&p);
     }
-    rec.best = *std::min_element(rec.ties.begin(), rec.ties.end(), [](const Point* a, const Point* b) {
+    auto smaller = [](const Point* a, const Point* b) {
       return std::pair(a->window_us, a->max_batch) < std::pair(b->window_us, b->max_batch);
-    });
+    };
+    rec.best = *std::min_element(rec.ties.begin(), rec.ties.end(), smaller);
     return rec;
   }
   // Nearest miss: among the settings that keep up, the lowest p99; if none keeps up, the one
@@ -336,8 +337,9 @@ Recommendation Recommend(const std::vector<Point>& points, double rate, double p
     rec.miss_reason = why.str();
   } else {
     std::ostringstream why;
-    why << "no setting keeps up; the best completes " << std::lround(rec.nearest_miss->throughput())
-        << " req/s (" << std::lround(100 * rec.nearest_miss->throughput() / rate) << "% of the rate";
+    const double thru = rec.nearest_miss->throughput();
+    why << "no setting keeps up; the best completes " << std::lround(thru) << " req/s ("
+        << std::lround(100 * thru / rate) << "% of the rate";
     if (rec.nearest_miss->rejected() > 0) why << ", " << rec.nearest_miss->rejected() << " shed";
     why << ")";
     rec.miss_reason = why.str();
@@ -674,7 +676,8 @@ int main(int argc, char** argv) {
           char range[64];
           std::snprintf(range, sizeof range, "%.0f-%.0f (%zu)", p.p99_min(), p.p99_max(),
                         p.runs.size());
-          std::printf("%10.0f %9d %9d %10.0f %7.1f %8.0f %8.0f %19s %8.0f %8lld %8lld   [%zu/%zu]%s\n",
+          std::printf("%10.0f %9d %9d %10.0f %7.1f %8.0f %8.0f %19s %8.0f %8lld %8lld   "
+                      "[%zu/%zu]%s\n",
                       rate, w, b, p.throughput(), p.batch(),
                       p.Median(&attnrt::tools::OpenLoopResult::p50_us), p.p99(), range,
                       p.Median(&attnrt::tools::OpenLoopResult::p999_us),
