@@ -39,6 +39,7 @@
 #include "examples/tcp_protocol.h"
 #include "tools/flags.h"
 #include "tools/percentile.h"
+#include "tools/progress.h"
 
 namespace {
 
@@ -772,15 +773,24 @@ int main(int argc, char** argv) {
       if (ec || all_done) return;
       for (auto& c : connections) c->ForceFinish("no response within --drain-timeout");
     });
+    // A line per second on stdout for long runs; on a terminal also the time left on stderr.
+    attnrt::tools::Progress bar("loadgen_tcp", o.duration_s);
     std::function<void(boost::system::error_code)> tick = [&](boost::system::error_code ec) {
       if (ec || all_done) return;
-      std::printf("  %.0f s: sent %ld, completed %ld, errors %ld\n",
-                  std::chrono::duration<double>(Clock::now() - run.start).count(),
-                  run.sent.load(), run.completed.load(), run.errors.load());
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run.start).count();
+      if (o.duration_s >= 2) {
+        bar.Done();
+        std::printf("  %.0f s: sent %ld, completed %ld, errors %ld\n", elapsed, run.sent.load(),
+                    run.completed.load(), run.errors.load());
+      }
+      bar.Update(std::min(elapsed, o.duration_s),
+                 (elapsed > o.duration_s ? "draining: " : "") + std::to_string(run.sent.load()) +
+                     " sent, " + std::to_string(run.completed.load()) + " completed, " +
+                     std::to_string(run.errors.load()) + " errors");
       progress.expires_after(std::chrono::seconds(1));
       progress.async_wait(tick);
     };
-    if (o.duration_s >= 2) {
+    if (o.duration_s >= 2 || bar.enabled()) {
       progress.expires_after(std::chrono::seconds(1));
       progress.async_wait(tick);
     }
@@ -789,6 +799,7 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int t = 0; t < o.threads; ++t) threads.emplace_back([&io] { io.run(); });
     for (auto& t : threads) t.join();
+    bar.Done();
 
     std::vector<double> latencies;
     double max_error = 0;
