@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -106,6 +107,9 @@ struct SoakConfig {
   ModelShape shape = SoakShape();
   std::size_t kv_cache_bytes = std::size_t{32} << 20;
   DeviceKind device = DeviceKind::kCpu;  // kCuda: the same soak through the CUDA executor
+  // Bytes of device memory in use (e.g. cudaMemGetInfo's total - free), sampled beside RSS and
+  // held to the same flatness rule; null: not sampled (the CPU executor).
+  std::function<std::int64_t()> device_used_bytes;
   std::FILE* progress = stderr;         // null: quiet
 };
 
@@ -113,6 +117,7 @@ struct RssSample {
   double fraction = 0;  // of the requests claimed
   double t_s = 0;
   std::int64_t rss_kb = 0;
+  std::int64_t device_bytes = -1;  // SoakConfig::device_used_bytes; -1 when not sampled
 };
 
 struct SoakResult {
@@ -139,16 +144,23 @@ struct SoakResult {
   double rss_growth_after_20 = 0;  // (max after 20% - at 20%) / at 20%
   double rss_flat_limit = 0.05;
   std::vector<RssSample> rss;
+  // Device memory (SoakConfig::device_used_bytes), as RSS: -1 when not sampled.
+  std::int64_t device_start = -1, device_at_20 = -1, device_end = -1, device_max_after_20 = -1;
+  double device_growth_after_20 = 0;
   std::string first_error;
   std::int64_t errors = 0;
 
   bool rss_flat() const { return rss_growth_after_20 < rss_flat_limit; }
+  bool device_sampled() const { return device_start >= 0; }
+  bool device_flat() const {
+    return !device_sampled() || device_growth_after_20 < rss_flat_limit;
+  }
   bool passed() const {
     return errors == 0 && never_completed == 0 && completed_twice == 0 &&
            completed_unaccepted == 0 && cancel_true_not_cancelled == 0 &&
            unexpected_outcomes == 0 && churn_errors == 0 && blocks_after == blocks_baseline &&
            sequences_after == 0 && metrics_completed == static_cast<std::uint64_t>(accepted) &&
-           rss_flat();
+           rss_flat() && device_flat();
   }
 };
 
@@ -402,6 +414,10 @@ inline SoakResult RunSoak(const SoakConfig& config) {
   // Monitor: RSS samples and progress lines.
   std::atomic<bool> stop{false};
   result.rss_start_kb = ReadRssKb();
+  auto device_bytes = [&]() -> std::int64_t {
+    return config.device_used_bytes ? config.device_used_bytes() : -1;
+  };
+  result.device_start = device_bytes();
   std::vector<RssSample> samples;
   std::int64_t blocks_max = 0;
   std::thread monitor([&] {
@@ -411,7 +427,7 @@ inline SoakResult RunSoak(const SoakConfig& config) {
       std::this_thread::sleep_for(std::chrono::duration<double>(config.rss_sample_interval_s));
       const std::int64_t claimed = std::min(next.load(), n);
       const RssSample sample{static_cast<double>(claimed) / static_cast<double>(n),
-                             SecondsSince(start), ReadRssKb()};
+                             SecondsSince(start), ReadRssKb(), device_bytes()};
       samples.push_back(sample);
       const KvCacheUsage usage = rt->kv_cache_usage();
       blocks_max = std::max(blocks_max, usage.blocks_in_use);
@@ -440,7 +456,7 @@ inline SoakResult RunSoak(const SoakConfig& config) {
   result.elapsed_s = SecondsSince(start);
   stop = true;
   monitor.join();
-  samples.push_back({1.0, result.elapsed_s, ReadRssKb()});
+  samples.push_back({1.0, result.elapsed_s, ReadRssKb(), device_bytes()});
 
   const KvCacheUsage after = rt->kv_cache_usage();
   result.blocks_after = after.blocks_in_use;
@@ -511,6 +527,18 @@ inline SoakResult RunSoak(const SoakConfig& config) {
         static_cast<double>(result.rss_max_after_20_kb - result.rss_at_20_kb) /
         static_cast<double>(result.rss_at_20_kb);
   }
+  // Device memory: the same rule over the samples that have it.
+  result.device_end = samples.back().device_bytes;
+  for (const RssSample& s : samples) {
+    if (s.device_bytes < 0 || s.fraction < 0.2) continue;
+    if (result.device_at_20 < 0) result.device_at_20 = s.device_bytes;
+    result.device_max_after_20 = std::max(result.device_max_after_20, s.device_bytes);
+  }
+  if (result.device_at_20 > 0) {
+    result.device_growth_after_20 =
+        static_cast<double>(result.device_max_after_20 - result.device_at_20) /
+        static_cast<double>(result.device_at_20);
+  }
   result.first_error = errors.text();
   result.errors = errors.count();
   return result;
@@ -552,6 +580,15 @@ inline void PrintSoak(std::FILE* out, const SoakConfig& config, const SoakResult
   std::fprintf(out, "  rss flat            %s: growth after 20%% = %.2f%% (limit %.0f%%)\n",
                r.rss_flat() ? "yes" : "NO", 100.0 * r.rss_growth_after_20,
                100.0 * r.rss_flat_limit);
+  if (r.device_sampled()) {
+    std::fprintf(out, "  device memory       start %.1f MiB, at 20%% %.1f MiB, end %.1f MiB, "
+                 "max after 20%% %.1f MiB\n",
+                 r.device_start / 1048576.0, r.device_at_20 / 1048576.0,
+                 r.device_end / 1048576.0, r.device_max_after_20 / 1048576.0);
+    std::fprintf(out, "  device flat         %s: growth after 20%% = %.2f%% (limit %.0f%%)\n",
+                 r.device_flat() ? "yes" : "NO", 100.0 * r.device_growth_after_20,
+                 100.0 * r.rss_flat_limit);
+  }
   std::fprintf(out, "  errors              %" PRId64 "%s%s\n", r.errors,
                r.first_error.empty() ? "" : ", first: ", r.first_error.c_str());
 }

@@ -9,8 +9,25 @@
 
 #include <attnrt/version.h>
 #include "bench/api_soak.h"
+#if ATTNRT_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace {
+
+// Device memory in use on the current device (total - free), -1 where there is no CUDA.
+std::int64_t DeviceUsedBytes() {
+#if ATTNRT_WITH_CUDA
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return static_cast<std::int64_t>(total_bytes - free_bytes);
+#else
+  return -1;
+#endif
+}
 
 constexpr const char* kHelp = R"(usage: api_soak_bench [options]
 Soak: drives a Runtime (the CPU executor; the CUDA one with --device cuda) with decode
@@ -28,7 +45,8 @@ recovery phase's p99 is within max(2 x, +10 ms) of the normal phase's.
   --threads N              soak submitting threads (default 8)
   --progress-interval S    seconds between progress lines on stderr (default 5)
   --seed N                 (default 1)
-  --device cpu|cuda        the soak's executor (default cpu; cuda needs a GPU)
+  --device cpu|cuda        the soak's executor (default cpu; cuda needs a GPU, and
+                           its device memory must stay flat as RSS does)
   --no-soak                run the overload phases only
   --no-overload            run the soak only
   --phase-seconds S        each open-loop phase (default 3)
@@ -87,6 +105,7 @@ int main(int argc, char** argv) {
         soak.device = attnrt::DeviceKind::kCpu;
       } else if (v == "cuda") {
         soak.device = attnrt::DeviceKind::kCuda;
+        soak.device_used_bytes = DeviceUsedBytes;
       } else {
         std::fprintf(stderr, "--device: cpu or cuda, not '%s'\n", v.c_str());
         return 2;
