@@ -153,6 +153,25 @@ attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
   return attnrt::tools::RunOpenLoop(c, executor);
 }
 
+// `requests` arrivals at once (an offered rate no device sustains), drained by the scheduler at
+// max batch `max_batch` with no window: its throughput is the most the path sustains.
+attnrt::StatusOr<attnrt::tools::OpenLoopResult> Burst(const ToolOptions& o,
+                                                      attnrt::runtime::Executor* executor,
+                                                      int max_batch, int requests) {
+  constexpr double kBurstRate = 1e9;
+  attnrt::tools::OpenLoopConfig c;
+  c.rate_per_s = kBurstRate;
+  c.window = std::chrono::microseconds(0);
+  c.max_batch = max_batch;
+  c.duration_s = requests / kBurstRate;
+  c.num_sequences = o.sequences;
+  c.max_queue_size = std::max(o.max_queue_size, 2 * requests);  // none shed: all are work
+  c.producers = o.producers;
+  c.check_outputs = true;
+  c.seed = 99;
+  return attnrt::tools::RunOpenLoop(c, executor);
+}
+
 // True, after printing why, when requests of the run `what` failed: its numbers are no result.
 bool ReportFailedRequests(const attnrt::tools::OpenLoopResult& r, const std::string& what) {
   if (r.failures() == 0) return false;
@@ -508,42 +527,53 @@ int main(int argc, char** argv) {
               o.kv_heads, o.head_dim, o.block_size, o.sequences, o.context);
   std::fflush(stdout);
 
-  // The ceiling first: no setting completes more than the executor alone with full batches. It is
-  // measured on an executor of its own (as large, freed before the sweep's), so that the sweep's
-  // can be sized for what the device can serve rather than for what is offered: a rate far past
-  // the ceiling must not make it reserve a cache for requests that will never run.
-  // The capacity run appends at most this many tokens per sequence, however fast the device.
-  constexpr int kWarmupTokensPerSequence = 8, kCapacityTokensPerSequence = 64;
+  // The ceiling first: the rate the scheduler sustains over this executor when it never runs out
+  // of work (a burst drained at the largest max batch, window 0); no setting completes more. It
+  // goes through the same path as the sweep (not the executor alone in a closed loop, whose
+  // every batch waits for a thread to wake, which on a busy host says more about the host). It
+  // is measured on an executor of its own (as large, freed before the sweep's), so that the
+  // sweep's can be sized for what the device serves rather than for what is offered: a rate far
+  // past the ceiling must not reserve a cache for requests that will never run.
+  // The bursts append at most this many tokens per sequence, however fast the device.
+  constexpr int kWarmupTokensPerSequence = 4, kBurstTokensPerSequence = 32;
   double max_rate = 0;
   nlohmann::ordered_json capacity_json;
   if (o.sweep) {
     std::string probe_device;
     auto probe = MakeExecutor(o, o.context + kWarmupTokensPerSequence +
-                                     kCapacityTokensPerSequence + 64,
+                                     kBurstTokensPerSequence + 64,
                               capacity_batch, &probe_device);
     if (!probe) return 1;
-    // A fresh executor's first batches are slow (first touch of the cache, threads and graphs
-    // starting): a short warm-up first, then the measurement.
-    auto cap = attnrt::tools::MeasureExecutorCapacity(
-        probe.get(), capacity_batch, o.sequences, 0.05,
-        static_cast<std::int64_t>(kWarmupTokensPerSequence) * o.sequences);
-    if (cap.ok()) {
-      cap = attnrt::tools::MeasureExecutorCapacity(
-          probe.get(), capacity_batch, o.sequences, std::clamp(o.duration_s, 0.2, 0.5),
-          static_cast<std::int64_t>(kCapacityTokensPerSequence) * o.sequences);
+    // A warm-up burst (a fresh executor's first batches are slow: first touch of the cache,
+    // threads and graphs starting) also gives a first estimate, which sizes the measured burst
+    // to about half a second of work.
+    auto warmup = Burst(o, probe.get(), capacity_batch, kWarmupTokensPerSequence * o.sequences);
+    if (!warmup.ok() || ReportFailedRequests(*warmup, "the maximum sustainable rate (warm-up)")) {
+      if (!warmup.ok()) {
+        std::fprintf(stderr, "tune_window: FAILED: capacity run: %s\n",
+                     warmup.status().ToString().c_str());
+      }
+      return 1;
     }
+    const int burst = static_cast<int>(std::clamp(0.5 * warmup->throughput_per_s, 64.0,
+                                                  1.0 * kBurstTokensPerSequence * o.sequences));
+    auto cap = Burst(o, probe.get(), capacity_batch, burst);
     if (!cap.ok()) {
       std::fprintf(stderr, "tune_window: FAILED: capacity run: %s\n",
                    cap.status().ToString().c_str());
       return 1;
     }
+    if (ReportFailedRequests(*cap, "the maximum sustainable rate")) return 1;
     max_rate = cap->throughput_per_s;
-    std::printf("maximum sustainable rate: %.0f req/s on the %s (the executor alone, full "
-                "batches of %d, step %.1f us); no setting completes more\n",
-                max_rate, probe_device.c_str(), capacity_batch, cap->step_us);
+    std::printf("maximum sustainable rate: %.0f req/s on the %s (a burst of %lld requests "
+                "drained at max batch %d, window 0: mean batch %.1f); no setting completes "
+                "more\n",
+                max_rate, probe_device.c_str(), static_cast<long long>(cap->offered),
+                capacity_batch, cap->batch_mean);
     std::fflush(stdout);  // before the warnings on stderr
     capacity_json = {{"max_rate_per_s", max_rate}, {"batch", capacity_batch},
-                     {"step_us", cap->step_us}, {"duration_s", cap->elapsed_s}};
+                     {"requests", cap->offered}, {"batch_mean", cap->batch_mean},
+                     {"elapsed_s", cap->elapsed_s}};
     for (double rate : o.rates) {
       if (rate > kFarPastCapacity * max_rate && !o.full_overload) {
         std::fprintf(stderr,

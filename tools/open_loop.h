@@ -311,8 +311,6 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
 // The executor alone, closed loop: full batches of `batch` requests (sequences taken in turn, so
 // no batch holds one (sequence, layer) twice) submitted back to back for `duration_s`, as many in
 // flight as the executor allows. Gives the kernel-only capacity the scheduler is judged against.
-// `max_requests` > 0 also stops it after that many requests (rounded up to whole batches), which
-// bounds the tokens it appends per sequence (max_requests / num_sequences + 1) on a fast device.
 struct CapacityResult {
   int batch = 0;
   std::int64_t batches = 0;
@@ -322,8 +320,7 @@ struct CapacityResult {
 };
 
 inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* executor, int batch,
-                                                        int num_sequences, double duration_s,
-                                                        std::int64_t max_requests = 0) {
+                                                        int num_sequences, double duration_s) {
   if (batch < 1 || batch > num_sequences) {
     return InvalidArgumentError("batch = " + std::to_string(batch) +
                                 ", expected 1 <= batch <= num_sequences = " +
@@ -347,7 +344,7 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
                                              std::chrono::duration<double>(duration_s));
   std::int64_t submitted = 0;
   int next_sequence = 0;
-  while (Clock::now() < stop && (max_requests <= 0 || submitted * batch < max_requests)) {
+  while (Clock::now() < stop) {
     runtime::Batch b;
     b.requests.resize(batch);
     for (int j = 0; j < batch; ++j) {
