@@ -1,6 +1,7 @@
 // CompletionPool and the ResultFuture methods (scheduler/completion.h, attnrt/request.h).
 #include "scheduler/completion.h"
 
+#include <algorithm>
 #include <climits>
 #include <thread>
 #include <utility>
@@ -87,17 +88,7 @@ CompletionPool::CompletionPool() = default;
 
 Completion* CompletionPool::Acquire() {
   refs_.fetch_add(1, std::memory_order_relaxed);
-  Completion* c = nullptr;
-  if (!free_.try_dequeue(c)) {
-    auto slab = std::make_unique<Completion[]>(kSlab);
-    std::vector<Completion*> spare(kSlab - 1);
-    for (std::size_t i = 0; i < kSlab; ++i) slab[i].pool = this;
-    for (std::size_t i = 1; i < kSlab; ++i) spare[i - 1] = &slab[i];
-    c = &slab[0];
-    free_.enqueue_bulk(spare.data(), spare.size());
-    MutexLock lock(&grow_mu_);
-    slabs_.push_back(std::move(slab));
-  }
+  Completion* c = free_.Pop([this](Completion** out, std::size_t n) { Grow(out, n); });
   c->state.store(Completion::kPending, std::memory_order_relaxed);
   c->refs.store(2, std::memory_order_relaxed);  // the scheduler's and the future's
   return c;
@@ -117,8 +108,26 @@ void CompletionPool::Fulfil(Completion* c, DecodeResult result) {
 void CompletionPool::Release(Completion* c) {
   if (c->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   c->result = DecodeResult();  // frees the output of a result nobody took
-  free_.enqueue(c);
+  free_.Push(c);
   Unref();
+}
+
+void CompletionPool::Grow(Completion** out, std::size_t n) {
+  const std::size_t count = std::max(kSlab, n);
+  auto slab = std::make_unique<Completion[]>(count);
+  std::vector<Completion*> spare;
+  spare.reserve(count - n);
+  for (std::size_t i = 0; i < count; ++i) {
+    slab[i].pool = this;
+    if (i < n) {
+      out[i] = &slab[i];
+    } else {
+      spare.push_back(&slab[i]);
+    }
+  }
+  free_.PushBulk(spare.data(), spare.size());
+  MutexLock lock(&grow_mu_);
+  slabs_.push_back(std::move(slab));
 }
 
 void CompletionPool::Orphan() { Unref(); }

@@ -27,7 +27,7 @@
 #include <attnrt/request.h>
 
 #include "api/internal/mutex.h"
-#include "concurrentqueue.h"
+#include "scheduler/free_list.h"
 
 namespace attnrt::scheduler::internal {
 
@@ -63,11 +63,13 @@ class CompletionPool {
  private:
   ~CompletionPool() = default;
   void Unref();
+  // Makes n Completions into out[0..n) (a slab of at least kSlab; the rest go to the free list).
+  void Grow(Completion** out, std::size_t n) EXCLUDES(grow_mu_);
 
   static constexpr std::size_t kSlab = 256;
   // 1 for the owner + the Completions handed out and not yet released.
   std::atomic<std::int64_t> refs_{1};
-  moodycamel::ConcurrentQueue<Completion*> free_;
+  ShardedFreeList<Completion> free_;
   Mutex grow_mu_;
   std::vector<std::unique_ptr<Completion[]>> slabs_ GUARDED_BY(grow_mu_);
 };

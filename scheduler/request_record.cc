@@ -1,11 +1,9 @@
 // RecordPool: slabs of request records with their staging carved from one 64-byte-aligned block
-// per slab; the free list is a lock-free moodycamel queue, growth takes a mutex (rare: only past
-// the high-water mark of live requests).
+// per slab; the free list is a ShardedFreeList, growth takes a mutex (rare: only past the
+// high-water mark of live requests).
 #include "scheduler/request_record.h"
 
-#include <functional>
 #include <new>
-#include <thread>
 
 namespace attnrt::scheduler::internal {
 
@@ -91,26 +89,15 @@ void RecordPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, Requ
     }
   }
   slabs_.push_back(std::move(slab));
-  if (!rest.empty()) free_.enqueue_bulk(rest.data(), rest.size());
+  free_.PushBulk(rest.data(), rest.size());
 }
 
 RequestRecord* RecordPool::Acquire() {
-  static thread_local const std::size_t shard_index =
-      std::hash<std::thread::id>{}(std::this_thread::get_id()) % kShards;
-  Shard& shard = shards_[shard_index];
-  MutexLock lock(&shard.mu);
-  if (shard.records.empty()) {
-    shard.records.resize(kShardRefill);
-    AcquireBulk(shard.records.data(), kShardRefill);
-  }
-  RequestRecord* record = shard.records.back();
-  shard.records.pop_back();
-  return record;
+  return free_.Pop([this](RequestRecord** out, std::size_t n) { Grow(out, n); });
 }
 
 void RecordPool::AcquireBulk(RequestRecord** out, std::size_t n) {
-  const std::size_t got = free_.try_dequeue_bulk(out, n);
-  if (got < n) Grow(out + got, n - got);
+  free_.PopBulk(out, n, [this](RequestRecord** more, std::size_t m) { Grow(more, m); });
 }
 
 void RecordPool::Release(RequestRecord* record) { ReleaseBulk(&record, 1); }
@@ -122,7 +109,7 @@ void RecordPool::ReleaseBulk(RequestRecord* const* records, std::size_t n) {
     records[i]->state.store(((generation + 1) << kGenerationShift) | kPhaseFree,
                           std::memory_order_release);
   }
-  free_.enqueue_bulk(records, n);
+  free_.PushBulk(records, n);
 }
 
 std::size_t RecordPool::capacity() const {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "api/internal/mutex.h"
-#include "concurrentqueue.h"
 #include "runtime/executor.h"
 #include "scheduler/clock.h"
+#include "scheduler/free_list.h"
 #include "scheduler/request.h"
 
 namespace attnrt::scheduler::internal {
@@ -84,8 +84,8 @@ class RecordPool {
   RecordPool(const RecordPool&) = delete;
   RecordPool& operator=(const RecordPool&) = delete;
 
-  // A record in phase kFree; grows when none is free. Served from a per-thread-shard cache that
-  // refills in bulk, so concurrent callers rarely meet on the shared free list.
+  // A record in phase kFree; grows when none is free (ShardedFreeList: per-thread-shard caches
+  // refilled in bulk).
   RequestRecord* Acquire();
   // Fills out[0..n) (growing as needed); for per-producer caches.
   void AcquireBulk(RequestRecord** out, std::size_t n);
@@ -95,7 +95,7 @@ class RecordPool {
 
   std::size_t capacity() const;
   // Records the per-thread caches may hold at once.
-  static constexpr std::size_t kCachedRecords = 16 * 32;
+  static constexpr std::size_t kCachedRecords = ShardedFreeList<RequestRecord>::kCached;
   std::size_t staging_bytes_per_record() const { return stride_; }
 
  private:
@@ -106,19 +106,10 @@ class RecordPool {
   void AddSlab(std::size_t count, runtime::StagingMemory* memory, RequestRecord** out,
                std::size_t n) REQUIRES(grow_mu_);
 
-  static constexpr int kShards = 16;
-  static constexpr std::size_t kShardRefill = 32;
-  static_assert(kCachedRecords == kShards * kShardRefill);
-  struct alignas(64) Shard {
-    Mutex mu;
-    std::vector<RequestRecord*> records GUARDED_BY(mu);
-  };
-
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
   int slab_records_;
   runtime::StagingMemory* staging_;
-  Shard shards_[kShards];
-  moodycamel::ConcurrentQueue<RequestRecord*> free_;
+  ShardedFreeList<RequestRecord> free_;
   mutable Mutex grow_mu_;
   std::vector<std::unique_ptr<Slab>> slabs_ GUARDED_BY(grow_mu_);
 };
