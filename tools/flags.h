@@ -59,7 +59,7 @@ class FlagSet {
     });
   }
   void String(const char* name, std::string* dst, const char* help) {
-    Add(name, "S", help, *dst, [=](const std::string& v) {
+    Add(name, "TEXT", help, *dst, [=](const std::string& v) {
       *dst = v;
       return std::string();
     });
@@ -162,14 +162,34 @@ class FlagSet {
   // '--flag VALUE   help (default: X)': the default after the help text, where it reads best.
   class HelpFormatter : public CLI::Formatter {
    public:
-    HelpFormatter() { column_width(30); }
+    HelpFormatter() { column_width(kColumn); }
     std::string make_option_opts(const CLI::Option* opt) const override {
       return opt->get_type_name().empty() ? "" : " " + opt->get_type_name();
     }
     std::string make_option_desc(const CLI::Option* opt) const override {
       std::string d = opt->get_description();
       if (!opt->get_default_str().empty()) d += " (default: " + opt->get_default_str() + ")";
-      return d;
+      return Wrap(d, kHelpWidth - kColumn);
+    }
+    // A blank line between the summary and the usage line.
+    std::string make_description(const CLI::App* app) const override {
+      return CLI::Formatter::make_description(app) + "\n";
+    }
+    static constexpr std::size_t kColumn = 30, kHelpWidth = 100;
+
+   private:
+    // Breaks `text` into lines of at most `width` characters at spaces (CLI11 indents each).
+    static std::string Wrap(const std::string& text, std::size_t width) {
+      std::string out, line, word;
+      std::istringstream words(text);
+      while (words >> word) {
+        if (!line.empty() && line.size() + 1 + word.size() > width) {
+          out += line + "\n";
+          line.clear();
+        }
+        line += (line.empty() ? "" : " ") + word;
+      }
+      return out + line;
     }
   };
 
