@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 #include <attnrt/export.h>
 #include <attnrt/status.h>
@@ -12,6 +14,48 @@ namespace attnrt {
 // the executors and the KV cache.
 using SequenceId = std::uint64_t;
 
+// How the KV cache stores K and V (ModelShape::kv_cache_type).
+//
+// kFp16: IEEE binary16, 2 bytes per element, stored exactly as given (the default).
+// kFp8E4M3: OCP E4M3 ("E4M3FN", CUDA's __nv_fp8_e4m3), 1 byte per element: the same paged HND
+//   layout (kvcache/kvcache.h), so a block holds the same tokens in half the bytes and a
+//   kv_cache_bytes budget holds twice the blocks, hence twice the sequences.
+//   Scaling rule: one FP32 scale per (layer, KV head), separate for K and V
+//   (ModelShape::kv_scales). Append and prefill store code = E4M3(x / scale) (FP32 division,
+//   round to nearest even, saturating: |x| past 448 * scale stores +-448 * scale); decode reads
+//   code * scale in FP32. The default scale is 1.0 everywhere, which needs no calibration pass:
+//   E4M3 spans +-448 down to 2^-9 (normals from 2^-6), which covers typical K/V, and its relative
+//   precision (3 mantissa bits: a rounding error of at most 2^-4 of the value) does not depend
+//   on the scale.
+//   Calibrated scales (e.g. max|x| / 448 per head) matter only for K/V past +-448 or mostly
+//   below 2^-6.
+//   Accuracy: against the FP64 decode over the *dequantised* cache, FP8 decodes hold the FP16
+//   tolerances (max |out - ref| <= 2e-3, relative L2 <= 1e-3). Against the FP64 decode over the
+//   original FP16 K/V (CPU executor, default scales, H 8, Hkv 2, D 64/128/256, contexts of
+//   1..1000 tokens, per-request error, 40 seeds x 4 requests per D; the FP16 cache in the same
+//   runs, N(0,1) / outliers: max 8e-4 / 1.5e-2, relative L2 2.4e-4 / 3.8e-4):
+//                                     max |out - ref|   relative L2 worst (mean)   test bound
+//     N(0,1) q, k, v                  0.097             0.050 (0.038)              0.15 / 0.075
+//     N(0,1), 1% of K and V channels  7.4               0.66  (0.10 - 0.15)        11 / 1.0
+//       x20 (outputs there ~20)
+//   The outlier case is the weak spot of any per-head scale: a channel 20x larger carries its
+//   ~3% relative error into every score (q . k moves by up to ~0.5), and a softmax peaked by
+//   that same channel turns it into large output changes. A scale cannot help (relative
+//   precision is fixed); only finer-grained scaling could. tests/api/api_fp8_kv_cache_test.cc
+//   holds the bounds (ATTNRT_FP8_ACCURACY_SEEDS=40 reruns the measurement).
+//   With check_finite off, NaN K/V stay NaN and +-Inf saturate to +-448 * scale.
+enum class KvCacheType {
+  kFp16,
+  kFp8E4M3,
+};
+
+// "fp16" or "fp8_e4m3" (the spelling flags, the C API's docs and messages use).
+ATTNRT_EXPORT std::string_view KvCacheTypeName(KvCacheType type);
+// The inverse of KvCacheTypeName; false (and *type untouched) for any other string.
+ATTNRT_EXPORT bool ParseKvCacheType(std::string_view name, KvCacheType* type);
+// Bytes one stored K or V element takes: 2 (fp16) or 1 (fp8_e4m3).
+ATTNRT_EXPORT int KvElementBytes(KvCacheType type);
+
 // The attention shape of one model. H = G * Hkv (GQA group size G).
 struct ATTNRT_EXPORT ModelShape {
   int num_layers = 1;
@@ -21,6 +65,12 @@ struct ATTNRT_EXPORT ModelShape {
   int block_size = 16;    // tokens per KV page: 8, 16, 32 or 64
   int max_context = 4096; // longest sequence the cache admits, in tokens
   float softmax_scale = 0.0f;  // 0 means 1/sqrt(head_dim)
+  KvCacheType kv_cache_type = KvCacheType::kFp16;
+  // kFp8E4M3 only (see KvCacheType): empty means 1.0 for every (layer, KV head); otherwise
+  // exactly 2 * num_layers * num_kv_heads finite scales > 0, K's first, then V's, each
+  // layer-major: kv_scales[(kv * num_layers + layer) * num_kv_heads + kv_head] with kv = 0 for K,
+  // 1 for V. Must be empty with kFp16.
+  std::vector<float> kv_scales;
 
   int group_size() const { return num_q_heads / num_kv_heads; }
   float scale() const;
@@ -31,7 +81,19 @@ struct ATTNRT_EXPORT ModelShape {
     return static_cast<std::int64_t>(num_kv_heads) * head_dim;
   }
 
+  // Bytes of one stored K or V element (KvElementBytes(kv_cache_type)).
+  int kv_element_bytes() const { return KvElementBytes(kv_cache_type); }
+  // K + V bytes one token takes in the cache over every layer (the unit of capacity).
+  std::int64_t kv_bytes_per_token() const {
+    return 2 * static_cast<std::int64_t>(num_layers) * kv_token_elems() * kv_element_bytes();
+  }
+  // Index of the scale of (K or V, layer, kv_head) in kv_scales (and in the cache's scale array).
+  int kv_scale_index(bool value, int layer, int kv_head) const {
+    return ((value ? 1 : 0) * num_layers + layer) * num_kv_heads + kv_head;
+  }
+
   // Rejects unsupported shapes with InvalidArgument naming the field and value.
+  // Also the cache type and kv_scales (naming the bad entry, "ModelShape.kv_scales[5] = -1").
   Status Validate() const;
 };
 
