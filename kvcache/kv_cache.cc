@@ -1,8 +1,12 @@
 // KvCache: allocator + sequence table + pools, and the host-side token copies into and out of
-// the pools (the HND layout: one (block, head) page holds block_size consecutive tokens of D).
+// the pools (the HND layout: one (block, head) page holds block_size consecutive tokens of D),
+// quantising to and from FP8 E4M3 for an FP8 cache.
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
+#include "api/internal/fp8_e4m3.h"
 #include "kvcache/kvcache.h"
 
 namespace attnrt::kvcache {
@@ -24,6 +28,11 @@ Status CheckSingleLayer(const ModelShape& shape, int layer) {
 KvCache::KvCache(const ModelShape& shape, std::int32_t num_blocks,
                  std::unique_ptr<PoolMemory> pools)
     : shape_(shape),
+      kv_scales_(shape.kv_scales.empty()
+                     ? std::vector<float>(2 * static_cast<std::size_t>(shape.num_layers) *
+                                              shape.num_kv_heads,
+                                          1.0f)
+                     : shape.kv_scales),
       allocator_(num_blocks),
       sequences_(shape, &allocator_),
       pools_(std::move(pools)) {}
@@ -64,8 +73,9 @@ std::size_t KvCache::MetadataBytes() const {
 
 Status KvCache::ApplyCopies(std::span<const BlockCopy> copies) {
   if (copies.empty()) return Status::Ok();
-  const std::int64_t block_elems = shape_.kv_token_elems() * shape_.block_size;
-  return pools_->CopyBlocks(copies, block_elems, block_elems * num_blocks(), shape_.num_layers);
+  const std::int64_t block_bytes =
+      shape_.kv_token_elems() * shape_.block_size * shape_.kv_element_bytes();
+  return pools_->CopyBlocks(copies, block_bytes, block_bytes * num_blocks(), shape_.num_layers);
 }
 
 Status KvCache::WriteTokens(SequenceId id, int layer, int start, int n, const Half* k,
@@ -100,29 +110,53 @@ Status KvCache::WriteTokens(SequenceId id, int layer, int start, int n, const Ha
   }
 
   const int hkv = shape_.num_kv_heads;
-  const std::size_t row_bytes = static_cast<std::size_t>(shape_.head_dim) * sizeof(Half);
+  const int d = shape_.head_dim;
+  // An FP8 cache stores codes: quantise the input once ([n][Hkv][D], each head by its scale),
+  // then copy bytes as for FP16.
+  const void* k_src = k;
+  const void* v_src = v;
+  std::vector<std::uint8_t> k_codes, v_codes;
+  if (shape_.kv_cache_type == KvCacheType::kFp8E4M3) {
+    const std::size_t elems = static_cast<std::size_t>(n) * hkv * d;
+    k_codes.resize(elems);
+    v_codes.resize(elems);
+    for (std::size_t i = 0; i < elems; ++i) {
+      const int h = static_cast<int>(i / d % hkv);
+      k_codes[i] = QuantizeE4M3(HalfToFloat(k[i]), kv_scale(false, layer, h));
+      v_codes[i] = QuantizeE4M3(HalfToFloat(v[i]), kv_scale(true, layer, h));
+    }
+    k_src = k_codes.data();
+    v_src = v_codes.data();
+  }
+  const std::size_t elem_bytes = static_cast<std::size_t>(shape_.kv_element_bytes());
+  const std::size_t row_bytes = static_cast<std::size_t>(d) * elem_bytes;
   const std::size_t token_bytes = static_cast<std::size_t>(hkv) * row_bytes;
+  const auto* k_bytes = static_cast<const std::byte*>(k_src);
+  const auto* v_bytes = static_cast<const std::byte*>(v_src);
   // One strided copy per (block, head): `run` tokens, contiguous in the pool's page, Hkv*D apart
   // in the host input.
   for (int pos = start; pos < end;) {
     const int offset = pos % bs;
     const int run = std::min(bs - offset, end - pos);
     const BlockId block = blocks[static_cast<std::size_t>(pos / bs)];
-    const std::int64_t src = static_cast<std::int64_t>(pos - start) * hkv * shape_.head_dim;
+    const std::size_t src = static_cast<std::size_t>(pos - start) * token_bytes;
     for (int h = 0; h < hkv; ++h) {
-      const std::int64_t dst = TokenOffset(layer, block, h, offset);
-      const std::int64_t src_head = src + static_cast<std::int64_t>(h) * shape_.head_dim;
-      ATTNRT_RETURN_IF_ERROR(pools_->CopyRowsToPool(k_data() + dst, row_bytes, k + src_head,
-                                                    token_bytes, row_bytes, run));
-      ATTNRT_RETURN_IF_ERROR(pools_->CopyRowsToPool(v_data() + dst, row_bytes, v + src_head,
-                                                    token_bytes, row_bytes, run));
+      const std::size_t dst = static_cast<std::size_t>(TokenOffset(layer, block, h, offset)) *
+                              elem_bytes;
+      const std::size_t src_head = src + static_cast<std::size_t>(h) * row_bytes;
+      ATTNRT_RETURN_IF_ERROR(pools_->CopyRowsToPool(pools_->k() + dst, row_bytes,
+                                                    k_bytes + src_head, token_bytes, row_bytes,
+                                                    run));
+      ATTNRT_RETURN_IF_ERROR(pools_->CopyRowsToPool(pools_->v() + dst, row_bytes,
+                                                    v_bytes + src_head, token_bytes, row_bytes,
+                                                    run));
     }
     pos += run;
   }
   return Status::Ok();
 }
 
-Status KvCache::ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) const {
+Status KvCache::ReadTokenRows(SequenceId id, int layer, int position, void* k, void* v) const {
   if (k == nullptr || v == nullptr) {
     return InvalidArgumentError(std::string(k == nullptr ? "k" : "v") + " is null");
   }
@@ -135,14 +169,37 @@ Status KvCache::ReadToken(SequenceId id, int layer, int position, Half* k, Half*
   }
   ATTNRT_ASSIGN_OR_RETURN(const std::span<const BlockId> blocks, sequences_.Blocks(id));
   const BlockId block = blocks[static_cast<std::size_t>(position / shape_.block_size)];
-  const std::int64_t at = TokenOffset(layer, block, 0, position % shape_.block_size);
-  const std::size_t row_bytes = static_cast<std::size_t>(shape_.head_dim) * sizeof(Half);
+  const std::size_t elem_bytes = static_cast<std::size_t>(shape_.kv_element_bytes());
+  const std::size_t at =
+      static_cast<std::size_t>(TokenOffset(layer, block, 0, position % shape_.block_size)) *
+      elem_bytes;
+  const std::size_t row_bytes = static_cast<std::size_t>(shape_.head_dim) * elem_bytes;
   const std::size_t page_bytes = row_bytes * shape_.block_size;  // head h+1's row is a page on
   const std::size_t rows = static_cast<std::size_t>(shape_.num_kv_heads);
   ATTNRT_RETURN_IF_ERROR(
       pools_->CopyRowsFromPool(k, row_bytes, pools_->k() + at, page_bytes, row_bytes, rows));
   ATTNRT_RETURN_IF_ERROR(
       pools_->CopyRowsFromPool(v, row_bytes, pools_->v() + at, page_bytes, row_bytes, rows));
+  return Status::Ok();
+}
+
+Status KvCache::ReadTokenBytes(SequenceId id, int layer, int position, void* k, void* v) const {
+  return ReadTokenRows(id, layer, position, k, v);
+}
+
+Status KvCache::ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) const {
+  if (shape_.kv_cache_type != KvCacheType::kFp8E4M3 || k == nullptr || v == nullptr) {
+    return ReadTokenRows(id, layer, position, k, v);  // FP16 bits, or the null pointer's error
+  }
+  const std::size_t elems = static_cast<std::size_t>(shape_.kv_token_elems());
+  std::vector<std::uint8_t> k_codes(elems), v_codes(elems);
+  ATTNRT_RETURN_IF_ERROR(ReadTokenRows(id, layer, position, k_codes.data(), v_codes.data()));
+  const int d = shape_.head_dim;
+  for (std::size_t i = 0; i < elems; ++i) {
+    const int h = static_cast<int>(i / d);
+    k[i] = FloatToHalf(DequantizeE4M3(k_codes[i], kv_scale(false, layer, h)));
+    v[i] = FloatToHalf(DequantizeE4M3(v_codes[i], kv_scale(true, layer, h)));
+  }
   return Status::Ok();
 }
 

@@ -3,8 +3,11 @@
 // the K/V page pools behind an allocator interface (host memory or device memory).
 //
 // Pool layout (the KV contract): per layer, K and V each [num_blocks][num_kv_heads][block_size]
-// [head_dim] FP16; layer l starts at l * num_blocks * num_kv_heads * block_size * head_dim
-// elements from k_data() (likewise v_data()).
+// [head_dim] elements of the shape's KV cache type (ModelShape::kv_cache_type: FP16, 2 bytes, or
+// FP8 E4M3, 1 byte); layer l starts at l * num_blocks * num_kv_heads * block_size * head_dim
+// elements from the pool's start (TokenOffset), so both types share every element offset and
+// differ only in bytes per element (element_bytes()). FP8 pools hold E4M3 codes under the
+// per-(K/V, layer, KV head) scales of kv_scales() (the rule: attnrt::KvCacheType).
 //
 // Every mutating call either succeeds or returns a Status and leaves every table, count and block
 // exactly as before.
@@ -123,25 +126,26 @@ class SequenceTable {
   std::unique_ptr<Impl> impl_;
 };
 
-// Backing memory for the K and V pools of all layers.
+// Backing memory for the K and V pools of all layers: bytes, whatever the element type (the
+// cache passes sizes in bytes).
 class PoolMemory {
  public:
   virtual ~PoolMemory() = default;
-  virtual Half* k() = 0;
-  virtual Half* v() = 0;
+  virtual std::byte* k() = 0;
+  virtual std::byte* v() = 0;
   virtual bool on_device() const = 0;
   virtual std::size_t bytes() const = 0;  // K + V
-  // Copies whole blocks (all layers, K and V) src -> dst. `block_elems` is one layer's block
-  // (num_kv_heads * block_size * head_dim), `layer_elems` one layer's pool.
-  virtual Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_elems,
-                            std::int64_t layer_elems, int num_layers) = 0;
+  // Copies whole blocks (all layers, K and V) src -> dst. `block_bytes` is one layer's block
+  // (num_kv_heads * block_size * head_dim elements), `layer_bytes` one layer's pool.
+  virtual Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_bytes,
+                            std::int64_t layer_bytes, int num_layers) = 0;
   // Strided copies between host memory and the pools (synchronous): `rows` rows of `row_bytes`
   // bytes, consecutive rows `pool_pitch` bytes apart in the pool and `host_pitch` bytes apart in
   // host memory. `pool` points into k() or v(); InvalidArgument if the rows leave the pool.
-  virtual Status CopyRowsToPool(Half* pool, std::size_t pool_pitch, const Half* host,
+  virtual Status CopyRowsToPool(std::byte* pool, std::size_t pool_pitch, const void* host,
                                 std::size_t host_pitch, std::size_t row_bytes,
                                 std::size_t rows) = 0;
-  virtual Status CopyRowsFromPool(Half* host, std::size_t host_pitch, const Half* pool,
+  virtual Status CopyRowsFromPool(void* host, std::size_t host_pitch, const std::byte* pool,
                                   std::size_t pool_pitch, std::size_t row_bytes,
                                   std::size_t rows) const = 0;
 };
@@ -153,7 +157,8 @@ StatusOr<std::unique_ptr<PoolMemory>> MakeDevicePoolMemory(std::size_t bytes_eac
 
 enum class PoolKind { kHost, kDevice };
 
-// Bytes of K+V one block takes across all layers (0 for a shape with a non-positive dimension).
+// Bytes of K+V one block takes across all layers, at the shape's element size (FP8 blocks are
+// half the FP16 bytes); 0 for a shape with a non-positive dimension.
 std::size_t BlockBytes(const ModelShape& shape);
 // Blocks that fit a K+V byte budget.
 std::int32_t BlocksForBudget(const ModelShape& shape, std::size_t kv_bytes);
@@ -173,23 +178,44 @@ class KvCache {
   SequenceTable& sequences() { return sequences_; }
   const SequenceTable& sequences() const { return sequences_; }
   PoolMemory& pools() { return *pools_; }
-  Half* k_data() { return pools_->k(); }
-  Half* v_data() { return pools_->v(); }
+  KvCacheType type() const { return shape_.kv_cache_type; }
+  int element_bytes() const { return shape_.kv_element_bytes(); }  // 2 (FP16) or 1 (FP8)
+  // The pools as FP16 (a kFp16 cache) or as E4M3 codes (kFp8E4M3); host or device memory as
+  // the pool kind. The other type's view of a cache points at the same bytes and means nothing.
+  Half* k_data() { return reinterpret_cast<Half*>(pools_->k()); }
+  Half* v_data() { return reinterpret_cast<Half*>(pools_->v()); }
+  std::uint8_t* k_fp8() { return reinterpret_cast<std::uint8_t*>(pools_->k()); }
+  std::uint8_t* v_fp8() { return reinterpret_cast<std::uint8_t*>(pools_->v()); }
+  // The dequantisation scales, host memory, always 2 * num_layers * num_kv_heads of them in
+  // ModelShape::kv_scales' order (K's, then V's, layer-major: index
+  // shape().kv_scale_index(is_v, layer, kv_head)): the shape's kv_scales, or 1.0 each where it
+  // gave none (and for an FP16 cache, whose values are stored unscaled). An executor copies
+  // them to its device once; they never change.
+  std::span<const float> kv_scales() const { return kv_scales_; }
+  float kv_scale(bool value, int layer, int kv_head) const {
+    return kv_scales_[static_cast<std::size_t>(shape_.kv_scale_index(value, layer, kv_head))];
+  }
 
   // Applies copy-on-write copies the sequence table asked for. Every src/dst is checked
   // (InvalidArgument naming the entry) before anything is copied.
   Status ApplyCopies(std::span<const BlockCopy> copies);
-  // Writes `n` tokens of K and V ([n][Hkv][D], host memory) for `layer` at positions
+  // Writes `n` tokens of K and V ([n][Hkv][D] FP16, host memory) for `layer` at positions
   // [start, start + n) of a sequence whose table already covers them (host or device pools;
-  // synchronous). Requires start + n <= Length(id, layer), and every block written to be held
-  // by this sequence alone (FailedPrecondition otherwise: a shared block is copied on write by
-  // Append/AppendToken, never written in place).
+  // synchronous); an FP8 cache stores QuantizeE4M3(x, kv_scale(...)) of each. Requires
+  // start + n <= Length(id, layer), and every block written to be held by this sequence alone
+  // (FailedPrecondition otherwise: a shared block is copied on write by Append/AppendToken,
+  // never written in place).
   Status WriteTokens(SequenceId id, int layer, int start, int n, const Half* k, const Half* v);
-  // Reads token `position` of `layer` into host k/v ([Hkv][D]) (host or device pools).
+  // Reads token `position` of `layer` into host k/v ([Hkv][D] FP16) (host or device pools); an
+  // FP8 cache's values dequantised (code * scale, rounded to FP16: exact with scale 1.0).
   Status ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) const;
+  // The stored bytes of that token: [Hkv][D] elements of element_bytes() each into k and v
+  // (FP16 bits or E4M3 codes).
+  Status ReadTokenBytes(SequenceId id, int layer, int position, void* k, void* v) const;
 
-  // Element offset of token `offset` of kv head `head` in `block` of `layer`, from k_data()
-  // (likewise v_data()): ((layer * num_blocks + block) * Hkv + head) * block_size * D + offset * D.
+  // Element offset of token `offset` of kv head `head` in `block` of `layer`, from k_data() or
+  // k_fp8() (likewise V): ((layer * num_blocks + block) * Hkv + head) * block_size * D + offset * D.
+  // Times element_bytes() it is the byte offset from pools().k().
   std::int64_t TokenOffset(int layer, BlockId block, int head, int offset) const;
   // Host metadata: the sequence table's plus the allocator's.
   std::size_t MetadataBytes() const;
@@ -198,7 +224,11 @@ class KvCache {
 
  private:
   KvCache(const ModelShape& shape, std::int32_t num_blocks, std::unique_ptr<PoolMemory> pools);
+  // Copies one token's Hkv rows between the pools and host memory (`host` holds element_bytes()
+  // elements, [Hkv][D]).
+  Status ReadTokenRows(SequenceId id, int layer, int position, void* k, void* v) const;
   ModelShape shape_;
+  std::vector<float> kv_scales_;  // 2 * num_layers * num_kv_heads
   BlockAllocator allocator_;
   SequenceTable sequences_;
   std::unique_ptr<PoolMemory> pools_;

@@ -1,6 +1,7 @@
 // Backing memory of the K/V pools: host memory (aligned, zeroed) and device memory (cudaMalloc,
-// zeroed), both behind PoolMemory; and the capacity arithmetic (blocks per byte budget or per
-// fraction of free device memory). Built without CUDA, device pools answer Unavailable.
+// zeroed), both behind PoolMemory and sized in bytes whatever the element type; and the capacity
+// arithmetic (blocks per byte budget or per fraction of free device memory, at the shape's
+// element size). Built without CUDA, device pools answer Unavailable.
 #include <attnrt/version.h>  // ATTNRT_WITH_CUDA
 
 #if ATTNRT_WITH_CUDA
@@ -31,21 +32,20 @@ constexpr std::size_t kPoolAlignment = 256;
 std::size_t RoundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
 // Checks that every block of every layer a copy touches lies inside a pool of `bytes_each`.
-Status CheckCopies(std::span<const BlockCopy> copies, std::int64_t block_elems,
-                   std::int64_t layer_elems, int num_layers, std::size_t bytes_each) {
-  if (block_elems < 1 || layer_elems < block_elems || num_layers < 1) {
-    return InvalidArgumentError("CopyBlocks: block_elems = " + std::to_string(block_elems) +
-                                ", layer_elems = " + std::to_string(layer_elems) +
+Status CheckCopies(std::span<const BlockCopy> copies, std::int64_t block_bytes,
+                   std::int64_t layer_bytes, int num_layers, std::size_t bytes_each) {
+  if (block_bytes < 1 || layer_bytes < block_bytes || num_layers < 1) {
+    return InvalidArgumentError("CopyBlocks: block_bytes = " + std::to_string(block_bytes) +
+                                ", layer_bytes = " + std::to_string(layer_bytes) +
                                 ", num_layers = " + std::to_string(num_layers) +
-                                ", expected 1 <= block_elems <= layer_elems and num_layers >= 1");
+                                ", expected 1 <= block_bytes <= layer_bytes and num_layers >= 1");
   }
-  const std::int64_t pool_elems = static_cast<std::int64_t>(bytes_each / sizeof(Half));
-  if (layer_elems * num_layers > pool_elems) {
-    return InvalidArgumentError("CopyBlocks: num_layers * layer_elems = " +
-                                std::to_string(layer_elems * num_layers) +
-                                " exceeds the pool's " + std::to_string(pool_elems) + " elements");
+  if (layer_bytes * num_layers > static_cast<std::int64_t>(bytes_each)) {
+    return InvalidArgumentError("CopyBlocks: num_layers * layer_bytes = " +
+                                std::to_string(layer_bytes * num_layers) +
+                                " exceeds the pool's " + std::to_string(bytes_each) + " bytes");
   }
-  const std::int64_t blocks_per_layer = layer_elems / block_elems;
+  const std::int64_t blocks_per_layer = layer_bytes / block_bytes;
   for (std::size_t i = 0; i < copies.size(); ++i) {
     if (copies[i].src == copies[i].dst) {
       return InvalidArgumentError("copies[" + std::to_string(i) + "] copies block " +
@@ -64,7 +64,7 @@ Status CheckCopies(std::span<const BlockCopy> copies, std::int64_t block_elems,
 
 // Checks that `rows` rows of `row_bytes`, `pitch` apart from `pool`, lie inside the K pool or
 // inside the V pool (each `bytes_each` bytes).
-Status CheckPoolRows(const void* k, const void* v, std::size_t bytes_each, const Half* pool,
+Status CheckPoolRows(const void* k, const void* v, std::size_t bytes_each, const std::byte* pool,
                      std::size_t pitch, std::size_t row_bytes, std::size_t rows) {
   if (rows == 0) return Status::Ok();
   if (row_bytes > pitch && rows > 1) {
@@ -98,45 +98,45 @@ class HostPoolMemory final : public PoolMemory {
                  std::unique_ptr<void, FreeDeleter> v)
       : bytes_each_(bytes_each), k_(std::move(k)), v_(std::move(v)) {}
 
-  Half* k() override { return static_cast<Half*>(k_.get()); }
-  Half* v() override { return static_cast<Half*>(v_.get()); }
+  std::byte* k() override { return static_cast<std::byte*>(k_.get()); }
+  std::byte* v() override { return static_cast<std::byte*>(v_.get()); }
   bool on_device() const override { return false; }
   std::size_t bytes() const override { return 2 * bytes_each_; }
 
-  Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_elems,
-                    std::int64_t layer_elems, int num_layers) override {
-    ATTNRT_RETURN_IF_ERROR(CheckCopies(copies, block_elems, layer_elems, num_layers, bytes_each_));
-    const std::size_t block_bytes = static_cast<std::size_t>(block_elems) * sizeof(Half);
-    for (Half* pool : {k(), v()}) {
+  Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_bytes,
+                    std::int64_t layer_bytes, int num_layers) override {
+    ATTNRT_RETURN_IF_ERROR(CheckCopies(copies, block_bytes, layer_bytes, num_layers, bytes_each_));
+    for (std::byte* pool : {k(), v()}) {
       for (const BlockCopy& c : copies) {
         for (int l = 0; l < num_layers; ++l) {
-          Half* layer = pool + l * layer_elems;
-          std::memcpy(layer + c.dst * block_elems, layer + c.src * block_elems, block_bytes);
+          std::byte* layer = pool + l * layer_bytes;
+          std::memcpy(layer + c.dst * block_bytes, layer + c.src * block_bytes,
+                      static_cast<std::size_t>(block_bytes));
         }
       }
     }
     return Status::Ok();
   }
 
-  Status CopyRowsToPool(Half* pool, std::size_t pool_pitch, const Half* host,
+  Status CopyRowsToPool(std::byte* pool, std::size_t pool_pitch, const void* host,
                         std::size_t host_pitch, std::size_t row_bytes, std::size_t rows) override {
     ATTNRT_RETURN_IF_ERROR(
         CheckPoolRows(k_.get(), v_.get(), bytes_each_, pool, pool_pitch, row_bytes, rows));
-    auto* dst = reinterpret_cast<std::byte*>(pool);
-    const auto* src = reinterpret_cast<const std::byte*>(host);
+    std::byte* dst = pool;
+    const auto* src = static_cast<const std::byte*>(host);
     for (std::size_t r = 0; r < rows; ++r) {
       std::memcpy(dst + r * pool_pitch, src + r * host_pitch, row_bytes);
     }
     return Status::Ok();
   }
 
-  Status CopyRowsFromPool(Half* host, std::size_t host_pitch, const Half* pool,
+  Status CopyRowsFromPool(void* host, std::size_t host_pitch, const std::byte* pool,
                           std::size_t pool_pitch, std::size_t row_bytes,
                           std::size_t rows) const override {
     ATTNRT_RETURN_IF_ERROR(
         CheckPoolRows(k_.get(), v_.get(), bytes_each_, pool, pool_pitch, row_bytes, rows));
-    auto* dst = reinterpret_cast<std::byte*>(host);
-    const auto* src = reinterpret_cast<const std::byte*>(pool);
+    auto* dst = static_cast<std::byte*>(host);
+    const std::byte* src = pool;
     for (std::size_t r = 0; r < rows; ++r) {
       std::memcpy(dst + r * host_pitch, src + r * pool_pitch, row_bytes);
     }
@@ -206,22 +206,22 @@ class DevicePoolMemory final : public PoolMemory {
   DevicePoolMemory(std::size_t bytes_each, DeviceBuffer k, DeviceBuffer v)
       : bytes_each_(bytes_each), k_(std::move(k)), v_(std::move(v)) {}
 
-  Half* k() override { return static_cast<Half*>(k_.get()); }
-  Half* v() override { return static_cast<Half*>(v_.get()); }
+  std::byte* k() override { return static_cast<std::byte*>(k_.get()); }
+  std::byte* v() override { return static_cast<std::byte*>(v_.get()); }
   bool on_device() const override { return true; }
   std::size_t bytes() const override { return 2 * bytes_each_; }
 
   // One cudaMemcpy2D per copy and pool: the block's slice of every layer is a row, rows one
   // layer apart.
-  Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_elems,
-                    std::int64_t layer_elems, int num_layers) override {
-    ATTNRT_RETURN_IF_ERROR(CheckCopies(copies, block_elems, layer_elems, num_layers, bytes_each_));
-    const std::size_t pitch = static_cast<std::size_t>(layer_elems) * sizeof(Half);
-    const std::size_t width = static_cast<std::size_t>(block_elems) * sizeof(Half);
-    for (Half* pool : {k(), v()}) {
+  Status CopyBlocks(std::span<const BlockCopy> copies, std::int64_t block_bytes,
+                    std::int64_t layer_bytes, int num_layers) override {
+    ATTNRT_RETURN_IF_ERROR(CheckCopies(copies, block_bytes, layer_bytes, num_layers, bytes_each_));
+    const std::size_t pitch = static_cast<std::size_t>(layer_bytes);
+    const std::size_t width = static_cast<std::size_t>(block_bytes);
+    for (std::byte* pool : {k(), v()}) {
       for (const BlockCopy& c : copies) {
-        ATTNRT_CUDA_RETURN(cudaMemcpy2D(pool + c.dst * block_elems, pitch,
-                                        pool + c.src * block_elems, pitch, width,
+        ATTNRT_CUDA_RETURN(cudaMemcpy2D(pool + c.dst * block_bytes, pitch,
+                                        pool + c.src * block_bytes, pitch, width,
                                         static_cast<std::size_t>(num_layers),
                                         cudaMemcpyDeviceToDevice));
       }
@@ -230,7 +230,7 @@ class DevicePoolMemory final : public PoolMemory {
     return Status::Ok();
   }
 
-  Status CopyRowsToPool(Half* pool, std::size_t pool_pitch, const Half* host,
+  Status CopyRowsToPool(std::byte* pool, std::size_t pool_pitch, const void* host,
                         std::size_t host_pitch, std::size_t row_bytes, std::size_t rows) override {
     ATTNRT_RETURN_IF_ERROR(
         CheckPoolRows(k_.get(), v_.get(), bytes_each_, pool, pool_pitch, row_bytes, rows));
@@ -240,7 +240,7 @@ class DevicePoolMemory final : public PoolMemory {
     return Status::Ok();
   }
 
-  Status CopyRowsFromPool(Half* host, std::size_t host_pitch, const Half* pool,
+  Status CopyRowsFromPool(void* host, std::size_t host_pitch, const std::byte* pool,
                           std::size_t pool_pitch, std::size_t row_bytes,
                           std::size_t rows) const override {
     ATTNRT_RETURN_IF_ERROR(
@@ -298,7 +298,7 @@ std::size_t BlockBytes(const ModelShape& shape) {
     return 0;
   }
   return 2 * static_cast<std::size_t>(shape.num_layers) * shape.num_kv_heads * shape.block_size *
-         shape.head_dim * sizeof(Half);
+         shape.head_dim * static_cast<std::size_t>(shape.kv_element_bytes());
 }
 
 std::int32_t BlocksForBudget(const ModelShape& shape, std::size_t kv_bytes) {

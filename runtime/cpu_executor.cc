@@ -1,5 +1,6 @@
 // CPU executor: plans and snapshots each batch on the submitting thread, runs the reference
-// append + decode on the worker thread, which then calls the done callback.
+// append + decode (FP16 or FP8 E4M3 pools, as the shape's kv_cache_type) on the worker thread,
+// which then calls the done callback.
 #include "runtime/cpu_executor.h"
 
 #include <algorithm>
@@ -150,14 +151,26 @@ Status CpuExecutor::Run(Job& job) {
   pools.block_size = shape.block_size;
   pools.head_dim = shape.head_dim;
 
+  // An FP8 cache: the same geometry over its codes and scales (kernels/reference.h).
+  const bool fp8 = cache_->type() == KvCacheType::kFp8E4M3;
+  kernels::Fp8KvPoolView fp8_pools;
+  if (fp8) {
+    fp8_pools.geometry = pools;
+    fp8_pools.geometry.k = fp8_pools.geometry.v = nullptr;
+    fp8_pools.k = cache_->k_fp8();
+    fp8_pools.v = cache_->v_fp8();
+    fp8_pools.scales = cache_->kv_scales().data();
+  }
+
   // Copy-on-write first, in batch order. PoolMemory directly (not KvCache::ApplyCopies): this
   // thread must not read the allocator, which the submitting thread keeps changing.
   if (!job.plan.copies.empty()) {
+    const std::int64_t element_bytes = cache_->element_bytes();
     Status copied =
         faults_->copy.Hit()
             ? InternalError("injected copy-on-write copy failure (FaultInjection::copy)")
-            : cache_->pools().CopyBlocks(job.plan.copies, pools.block_stride(),
-                                         pools.layer_stride(), shape.num_layers);
+            : cache_->pools().CopyBlocks(job.plan.copies, pools.block_stride() * element_bytes,
+                                         pools.layer_stride() * element_bytes, shape.num_layers);
     if (!copied.ok()) {
       job.plan.copies_applied = false;  // none or some applied: Settle assumes none
       return copied;
@@ -185,10 +198,16 @@ Status CpuExecutor::Run(Job& job) {
   view.out = out.data();
   view.lse = lse.data();
   view.scale = shape.scale();
-  kernels::ReferenceAppendKv(view, pools);
-  kernels::ReferenceDecode(view, pools,
-                           options_.float64_reference ? kernels::ReferencePrecision::kFloat64
-                                                      : kernels::ReferencePrecision::kFloat32);
+  const kernels::ReferencePrecision precision = options_.float64_reference
+                                                    ? kernels::ReferencePrecision::kFloat64
+                                                    : kernels::ReferencePrecision::kFloat32;
+  if (fp8) {
+    kernels::ReferenceAppendKv(view, fp8_pools);
+    kernels::ReferenceDecode(view, fp8_pools, precision);
+  } else {
+    kernels::ReferenceAppendKv(view, pools);
+    kernels::ReferenceDecode(view, pools, precision);
+  }
   for (int s = 0; s < n; ++s) {
     const BatchRequest& r = job.batch.requests[job.plan.live[s].index];
     std::memcpy(r.out, &out[s * q_row], q_row * sizeof(Half));

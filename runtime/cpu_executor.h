@@ -1,5 +1,6 @@
-// The CPU executor: the Executor interface over a host KV cache, running the reference append
-// and decode (kernels/reference.cc) on its own worker thread. Used by tests, examples and the
+// The CPU executor: the Executor interface over a host KV cache (FP16 or FP8 E4M3, as
+// ModelShape::kv_cache_type), running the reference append and decode (kernels/reference.cc) on
+// its own worker thread. Used by tests, examples and the
 // scheduler's benchmarks on machines without a GPU. No CUDA header.
 #pragma once
 

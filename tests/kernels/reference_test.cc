@@ -1,5 +1,6 @@
 // The CPU reference (kernels/reference.cc) against hand-computed tiny cases and a naive dense
-// attention built by gathering the paged layout with its own index arithmetic.
+// attention built by gathering the paged layout with its own index arithmetic; FP8 E4M3 pools
+// (append quantises, decode over the dequantised cache) likewise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fp8_e4m3.h"
 #include "kernels/reference.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random_fp16.h"
@@ -162,8 +164,11 @@ struct DenseCase {
 
 // Gathers a batch row's K and V into dense [len][D] rows per kv head with the layout written out by
 // hand (not through KvPoolView::TokenOffset), then runs softmax(q K^T * scale) V in long double.
+// With k_f/v_f (pools of floats in the same layout: an FP8 cache dequantised) it reads those
+// instead of b's FP16 pools.
 void NaiveDense(PagedBatch& b, int batch_row, std::vector<long double>* out,
-                std::vector<long double>* lse) {
+                std::vector<long double>* lse, const std::vector<float>* k_f = nullptr,
+                const std::vector<float>* v_f = nullptr) {
   const ModelShape& s = b.shape;
   const int len = b.kv_lengths[batch_row], d = s.head_dim, bs = s.block_size, hkv = s.num_kv_heads;
   const int layer = b.layers[batch_row];
@@ -177,8 +182,8 @@ void NaiveDense(PagedBatch& b, int batch_row, std::vector<long double>* out,
       const std::int64_t base = (layer * b.num_blocks + block) * block_elems +
                                 (static_cast<std::int64_t>(kvh) * bs + t % bs) * d;
       for (int j = 0; j < d; ++j) {
-        k[t * d + j] = HalfToFloat(b.k_pool[base + j]);
-        v[t * d + j] = HalfToFloat(b.v_pool[base + j]);
+        k[t * d + j] = k_f != nullptr ? (*k_f)[base + j] : HalfToFloat(b.k_pool[base + j]);
+        v[t * d + j] = v_f != nullptr ? (*v_f)[base + j] : HalfToFloat(b.v_pool[base + j]);
       }
     }
     for (int g = 0; g < s.group_size(); ++g) {
@@ -256,6 +261,165 @@ std::string CaseName(const ::testing::TestParamInfo<DenseCase>& info) {
   PrintTo(info.param, &os);
   return os.str();
 }
+
+// ---- FP8 E4M3 pools ------------------------------------------------------------------------
+
+// The batch's FP16 pools quantised to E4M3 codes under per-(K/V, layer, head) scales (NaN
+// poison stays NaN), with the dequantised values beside them as floats.
+struct Fp8Pools {
+  std::vector<std::uint8_t> k, v;
+  std::vector<float> k_deq, v_deq;
+  std::vector<float> scales;  // [2][layers][Hkv]
+  Fp8KvPoolView view(PagedBatch& b) {
+    Fp8KvPoolView p;
+    p.geometry = b.pools();
+    p.geometry.k = p.geometry.v = nullptr;
+    p.k = k.data();
+    p.v = v.data();
+    p.scales = scales.data();
+    return p;
+  }
+};
+
+Fp8Pools Quantise(PagedBatch& b, std::uint64_t seed) {
+  const ModelShape& s = b.shape;
+  Fp8Pools f;
+  testing::NormalRng rng(seed);
+  f.scales.resize(2 * static_cast<std::size_t>(s.num_layers) * s.num_kv_heads);
+  for (float& x : f.scales) x = std::exp2(static_cast<float>(rng.NextInt(-3, 3))) * 0.75f;
+  f.k.resize(b.k_pool.size());
+  f.v.resize(b.v_pool.size());
+  f.k_deq.resize(b.k_pool.size());
+  f.v_deq.resize(b.v_pool.size());
+  const Fp8KvPoolView view = f.view(b);
+  for (int l = 0; l < s.num_layers; ++l) {
+    for (int blk = 0; blk < b.num_blocks; ++blk) {
+      for (int h = 0; h < s.num_kv_heads; ++h) {
+        const std::int64_t at = view.geometry.TokenOffset(l, blk, h, 0);
+        for (std::int64_t j = at; j < at + s.block_size * s.head_dim; ++j) {
+          f.k[j] = QuantizeE4M3(HalfToFloat(b.k_pool[j]), view.scale(false, l, h));
+          f.v[j] = QuantizeE4M3(HalfToFloat(b.v_pool[j]), view.scale(true, l, h));
+          f.k_deq[j] = DequantizeE4M3(f.k[j], view.scale(false, l, h));
+          f.v_deq[j] = DequantizeE4M3(f.v[j], view.scale(true, l, h));
+        }
+      }
+    }
+  }
+  return f;
+}
+
+// The FP8 reference appends codes (QuantizeE4M3 of the new token) and decodes over the
+// dequantised cache exactly as the FP16 one does over FP16: against a naive long-double
+// attention over the dequantised values, the same tolerances as FP16.
+class ReferenceFp8DenseTest : public ::testing::TestWithParam<DenseCase> {};
+
+TEST_P(ReferenceFp8DenseTest, MatchesNaiveDenseAttentionOverTheDequantisedCache) {
+  const DenseCase& c = GetParam();
+  const ModelShape shape = Shape(c.h, c.hkv, c.d, c.bs, c.layers);
+  PagedBatchOptions opt;
+  opt.seed = 17 + c.d + c.bs + c.h;
+  opt.capacity = c.capacity;
+  opt.q_scale = c.q_scale;
+  PagedBatch b = MakePagedBatch(shape, c.lengths, opt);
+  Fp8Pools f = Quantise(b, opt.seed);
+  const std::vector<std::uint8_t> k_before = f.k, v_before = f.v;
+  ReferenceAppendKv(b.view(), f.view(b));
+  // The append wrote each live row's new token, quantised, and nothing else.
+  std::vector<std::uint8_t> k_want = k_before, v_want = v_before;
+  for (int i = 0; i < b.capacity; ++i) {
+    if (!b.live(i)) continue;
+    for (int h = 0; h < c.hkv; ++h) {
+      const std::int64_t off = b.TokenOffset(i, b.kv_lengths[i] - 1, h);
+      const float ks = f.view(b).scale(false, b.layers[i], h);
+      const float vs = f.view(b).scale(true, b.layers[i], h);
+      for (int j = 0; j < c.d; ++j) {
+        const std::size_t src = (static_cast<std::size_t>(i) * c.hkv + h) * c.d + j;
+        k_want[off + j] = QuantizeE4M3(HalfToFloat(b.k_new[src]), ks);
+        v_want[off + j] = QuantizeE4M3(HalfToFloat(b.v_new[src]), vs);
+        f.k_deq[off + j] = DequantizeE4M3(k_want[off + j], ks);
+        f.v_deq[off + j] = DequantizeE4M3(v_want[off + j], vs);
+      }
+    }
+  }
+  ASSERT_EQ(f.k, k_want);
+  ASSERT_EQ(f.v, v_want);
+
+  const std::size_t row = static_cast<std::size_t>(c.h) * c.d;
+  for (ReferencePrecision p : {ReferencePrecision::kFloat32, ReferencePrecision::kFloat64}) {
+    SCOPED_TRACE(p == ReferencePrecision::kFloat64 ? "fp64" : "fp32");
+    const double tol = p == ReferencePrecision::kFloat64 ? 1e-9 : 2e-5 * c.q_scale;
+    testing::Poison(b.out);
+    testing::Poison(b.lse);
+    std::vector<float> out_f32(b.out.size());
+    ReferenceDecode(b.view(), f.view(b), p, out_f32.data());
+    EXPECT_TRUE(testing::PaddedRowsUntouched(b, b.out, b.lse));
+    double max_err = 0, max_lse_err = 0, max_half_err = 0;
+    for (int i = 0; i < b.capacity; ++i) {
+      if (!b.live(i)) continue;
+      std::vector<long double> want, want_lse;
+      NaiveDense(b, i, &want, &want_lse, &f.k_deq, &f.v_deq);
+      for (std::size_t j = 0; j < row; ++j) {
+        max_err = std::max<double>(max_err, std::abs(out_f32[i * row + j] - want[j]));
+        max_half_err = std::max<double>(max_half_err,
+                                        std::abs(HalfToFloat(b.out[i * row + j]) - want[j]));
+      }
+      for (int h = 0; h < c.h; ++h) {
+        max_lse_err = std::max<double>(max_lse_err, std::abs(b.lse[i * c.h + h] - want_lse[h]));
+      }
+    }
+    EXPECT_LE(max_err, std::max(tol, 1e-6));
+    EXPECT_LE(max_lse_err, std::max(tol, 1e-5) * 4);
+    EXPECT_LE(max_half_err, 2e-3);  // FP16 rounding of |out| (scales up to 6 widen V's range)
+  }
+}
+
+// With scale 1 every E4M3 value is an FP16 value: the FP8 decode equals the FP16 decode over
+// FP16 pools holding the dequantised values, bit for bit.
+TEST(ReferenceFp8Test, UnitScalesDecodeLikeFp16PoolsOfTheDequantisedValues) {
+  const ModelShape shape = Shape(8, 2, 128, 16, 2);
+  const std::vector<int> lengths = {1, 40, 0, 129};
+  PagedBatchOptions opt;
+  opt.seed = 99;
+  PagedBatch b = MakePagedBatch(shape, lengths, opt);
+  Fp8Pools f = Quantise(b, 1);
+  std::fill(f.scales.begin(), f.scales.end(), 1.0f);
+  for (std::size_t j = 0; j < b.k_pool.size(); ++j) {
+    f.k[j] = EncodeE4M3(HalfToFloat(b.k_pool[j]));
+    f.v[j] = EncodeE4M3(HalfToFloat(b.v_pool[j]));
+    b.k_pool[j] = FloatToHalf(DecodeE4M3(f.k[j]));
+    b.v_pool[j] = FloatToHalf(DecodeE4M3(f.v[j]));
+    ASSERT_TRUE(std::isnan(DecodeE4M3(f.k[j])) ||
+                HalfToFloat(b.k_pool[j]) == DecodeE4M3(f.k[j]));
+  }
+  for (std::size_t j = 0; j < b.k_new.size(); ++j) {  // the new tokens, as they will be stored
+    b.k_new[j] = FloatToHalf(DecodeE4M3(EncodeE4M3(HalfToFloat(b.k_new[j]))));
+    b.v_new[j] = FloatToHalf(DecodeE4M3(EncodeE4M3(HalfToFloat(b.v_new[j]))));
+  }
+  ReferenceAppendKv(b.view(), b.pools());
+  ReferenceAppendKv(b.view(), f.view(b));
+  std::vector<float> want(b.out.size()), got(b.out.size());
+  ReferenceDecode(b.view(), b.pools(), ReferencePrecision::kFloat32, want.data());
+  const std::vector<Half> want_half = b.out;
+  ReferenceDecode(b.view(), f.view(b), ReferencePrecision::kFloat32, got.data());
+  for (int i = 0; i < b.capacity; ++i) {
+    if (!b.live(i)) continue;
+    const std::size_t row = std::size_t{8} * 128;
+    for (std::size_t j = i * row; j < (i + 1) * row; ++j) {
+      ASSERT_EQ(got[j], want[j]) << "row " << i << " element " << j;
+      ASSERT_EQ(b.out[j].bits, want_half[j].bits);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ReferenceFp8DenseTest,
+    ::testing::Values(DenseCase{1, 1, 64, 16, 1, {2}, 1, 1.0f},
+                      DenseCase{4, 4, 64, 8, 2, {1, 8, 9, 17, 0, 33}, 8, 1.0f},
+                      DenseCase{8, 2, 128, 16, 3, {15, 16, 17, 100, 0}, 6, 1.0f},
+                      DenseCase{8, 1, 256, 32, 1, {31, 32, 33, 250}, 4, 1.0f},
+                      DenseCase{16, 2, 128, 64, 2, {64, 65, 200}, 3, 1.0f},
+                      DenseCase{4, 2, 128, 16, 2, {300, 1, 77}, 3, 20.0f}),  // peaky
+    CaseName);
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceDenseTest,

@@ -355,12 +355,15 @@ TEST(KvCacheTest, PoolRowCopiesRefuseToLeaveThePool) {
   EXPECT_TRUE(p.CopyRowsToPool(p.k(), 128, host.data(), 128, 128, 8).ok());  // exactly 1024 B
   EXPECT_EQ(p.CopyRowsToPool(p.k() + 1, 128, host.data(), 128, 128, 8).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(p.CopyRowsFromPool(host.data(), 128, p.v() + 448, 128, 128, 2).code(),
+  EXPECT_EQ(p.CopyRowsFromPool(host.data(), 128, p.v() + 896, 128, 128, 2).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(p.CopyRowsFromPool(host.data(), 128, host.data(), 128, 128, 1).code(),
+  EXPECT_EQ(p.CopyRowsFromPool(host.data(), 128, reinterpret_cast<const std::byte*>(host.data()),
+                               128, 128, 1)
+                .code(),
             StatusCode::kInvalidArgument);  // not a pool pointer
-  EXPECT_EQ(p.CopyBlocks(std::vector<BlockCopy>{{0, 1}}, 64, 512, 2).code(),
-            StatusCode::kInvalidArgument);  // 2 layers x 512 elements > 512 in the pool
+  EXPECT_EQ(p.CopyBlocks(std::vector<BlockCopy>{{0, 1}}, 128, 1024, 2).code(),
+            StatusCode::kInvalidArgument);  // 2 layers x 1024 bytes > 1024 in the pool
+  EXPECT_TRUE(p.CopyBlocks(std::vector<BlockCopy>{{0, 1}}, 128, 1024, 1).ok());
 }
 
 }  // namespace
