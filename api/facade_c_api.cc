@@ -75,6 +75,9 @@ void attnrt_options_init(attnrt_options* o) {
   o->max_batch_size = d.max_batch_size;
   o->max_queue_delay_us = static_cast<int>(d.max_queue_delay.count());
   o->default_timeout_us = d.default_timeout.count();
+  o->kv_cache_type = ATTNRT_KV_CACHE_FP16;
+  o->kv_scales = nullptr;
+  o->num_kv_scales = 0;
 }
 
 attnrt_code attnrt_create(const attnrt_options* o, attnrt_runtime** runtime, char* error,
@@ -104,6 +107,37 @@ attnrt_code attnrt_create(const attnrt_options* o, attnrt_runtime** runtime, cha
       return Report(attnrt::InvalidArgumentError("options.device = " + std::to_string(device) +
                                                  ", expected 0 (auto), 1 (cuda) or 2 (cpu)"),
                     error, error_len);
+  }
+  std::underlying_type_t<attnrt_kv_cache_type> kv_type;  // read as device is, for the same reason
+  std::memcpy(&kv_type, &o->kv_cache_type, sizeof(kv_type));
+  switch (kv_type) {
+    case ATTNRT_KV_CACHE_FP16: ro.shape.kv_cache_type = attnrt::KvCacheType::kFp16; break;
+    case ATTNRT_KV_CACHE_FP8_E4M3: ro.shape.kv_cache_type = attnrt::KvCacheType::kFp8E4M3; break;
+    default:
+      return Report(attnrt::InvalidArgumentError("options.kv_cache_type = " +
+                                                 std::to_string(kv_type) +
+                                                 ", expected 0 (fp16) or 1 (fp8_e4m3)"),
+                    error, error_len);
+  }
+  if (o->kv_scales == nullptr && o->num_kv_scales != 0) {
+    return Report(attnrt::InvalidArgumentError("options.kv_scales is NULL, but num_kv_scales = " +
+                                               std::to_string(o->num_kv_scales)),
+                  error, error_len);
+  }
+  // ModelShape::Validate checks the count and every value; a count past the shape's is refused
+  // here, before anything is read (a bogus count must not make us copy gigabytes). With a bad
+  // shape nothing is copied: Validate names the shape's field first.
+  if (o->num_layers > 0 && o->num_kv_heads > 0 && o->num_kv_scales > 0) {
+    const std::size_t expected =
+        2 * static_cast<std::size_t>(o->num_layers) * static_cast<std::size_t>(o->num_kv_heads);
+    if (o->num_kv_scales > expected) {
+      return Report(attnrt::InvalidArgumentError(
+                        "options.num_kv_scales = " + std::to_string(o->num_kv_scales) +
+                        ", expected 2 * num_layers * num_kv_heads = " + std::to_string(expected) +
+                        " (or 0: 1.0 everywhere)"),
+                    error, error_len);
+    }
+    ro.shape.kv_scales.assign(o->kv_scales, o->kv_scales + o->num_kv_scales);
   }
   ro.kv_cache_bytes = o->kv_cache_bytes;
   ro.max_batch_size = o->max_batch_size;

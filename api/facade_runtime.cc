@@ -114,7 +114,9 @@ class RuntimeImpl final : public Runtime {
     return KvCacheUsage{.blocks_total = s.kv_blocks_total,
                         .blocks_in_use = s.kv_blocks_in_use,
                         .sequences = s.sequences,
-                        .block_bytes = static_cast<std::int64_t>(kvcache::BlockBytes(shape()))};
+                        .block_bytes = static_cast<std::int64_t>(kvcache::BlockBytes(shape())),
+                        .kv_bytes_per_token = shape().kv_bytes_per_token(),
+                        .kv_cache_type = shape().kv_cache_type};
   }
 
   StatusOr<Submission> Submit(const DecodeRequest& request) override {
@@ -151,6 +153,12 @@ class RuntimeImpl final : public Runtime {
     text += "# HELP attnrt_kv_block_bytes K+V bytes of one KV block (all layers).\n";
     text += "# TYPE attnrt_kv_block_bytes gauge\n";
     text += "attnrt_kv_block_bytes " + std::to_string(kvcache::BlockBytes(shape())) + "\n";
+    text += "# HELP attnrt_kv_bytes_per_token K+V bytes one token takes in the KV cache (all "
+            "layers), by cache type.\n";
+    text += "# TYPE attnrt_kv_bytes_per_token gauge\n";
+    text += "attnrt_kv_bytes_per_token{type=\"" +
+            std::string(KvCacheTypeName(shape().kv_cache_type)) + "\"} " +
+            std::to_string(shape().kv_bytes_per_token()) + "\n";
     text += "# HELP attnrt_sequences Live sequences.\n";
     text += "# TYPE attnrt_sequences gauge\n";
     text += "attnrt_sequences " + std::to_string(s.sequences) + "\n";
@@ -239,8 +247,20 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
                                   "': " + known.message());
     }
   }
+  const bool fp8 = options.shape.kv_cache_type == KvCacheType::kFp8E4M3;
+  if (fp8 && options.decode_path == "gemm") {
+    return InvalidArgumentError(
+        "RuntimeOptions.decode_path = 'gemm' with shape.kv_cache_type = fp8_e4m3: the GEMM path "
+        "reads FP16 K/V only; use the default path (split_kv) or an fp16 cache");
+  }
   const bool use_cuda = options.device == DeviceKind::kCuda ||
                         (options.device == DeviceKind::kAuto && CudaDeviceAvailable());
+  // The one place that keeps FP8 off the GPU until its kernels read FP8 pools (issue 13).
+  if (fp8 && use_cuda) {
+    return UnimplementedError(
+        "fp8_e4m3 KV cache on the CUDA executor: not yet supported (ModelShape.kv_cache_type; "
+        "use DeviceKind::kCpu or an fp16 cache)");
+  }
   std::string description;
   std::unique_ptr<runtime::Executor> executor;
   if (use_cuda) {

@@ -34,6 +34,10 @@ typedef enum {
 
 typedef enum { ATTNRT_DEVICE_AUTO = 0, ATTNRT_DEVICE_CUDA = 1, ATTNRT_DEVICE_CPU = 2 } attnrt_device;
 
+/* How the KV cache stores K and V (attnrt::KvCacheType in attnrt/config.h: the scaling rule,
+ * the accuracy). FP8 E4M3 halves the bytes per token; CPU executor only for now. */
+typedef enum { ATTNRT_KV_CACHE_FP16 = 0, ATTNRT_KV_CACHE_FP8_E4M3 = 1 } attnrt_kv_cache_type;
+
 typedef struct {
   int num_layers, num_q_heads, num_kv_heads, head_dim, block_size, max_context;
   float softmax_scale;           /* 0: 1/sqrt(head_dim) */
@@ -42,6 +46,14 @@ typedef struct {
   int max_batch_size;
   int max_queue_delay_us;
   int64_t default_timeout_us;    /* 0: no deadline */
+  attnrt_kv_cache_type kv_cache_type;  /* ATTNRT_KV_CACHE_FP16 by default */
+  /* FP8 only, optional: NULL (with num_kv_scales 0) means 1.0 everywhere; otherwise
+   * num_kv_scales = 2 * num_layers * num_kv_heads finite scales > 0, read during attnrt_create
+   * only: K's first, then V's, each layer-major, i.e. kv_scales[(kv * num_layers + layer) *
+   * num_kv_heads + kv_head], kv = 0 for K and 1 for V. A bad one is refused naming its index
+   * ("ModelShape.kv_scales[5] = -1, ..."). */
+  const float* kv_scales;
+  size_t num_kv_scales;
 } attnrt_options;
 
 typedef struct attnrt_runtime attnrt_runtime;

@@ -59,7 +59,10 @@ struct RuntimeOptions {
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
   // debugging, and the decode path by name: "split_kv" (the fused flash-decoding kernel, the
   // default when empty), "split_kv_simt", "simple", or "gemm" (the cuBLAS strided-batched GEMM
-  // path, in context chunks within its workspace budget at any length).
+  // path, in context chunks within its workspace budget at any length; FP16 caches only: with
+  // shape.kv_cache_type = fp8_e4m3 Create refuses it, on every device).
+  // An fp8_e4m3 cache runs on the CPU executor only for now: Create with it on the CUDA
+  // executor answers Unimplemented.
   std::vector<int> buckets;
   bool use_graphs = true;
   std::string decode_path;
@@ -71,6 +74,10 @@ struct KvCacheUsage {
   std::int64_t blocks_in_use = 0;   // held by sequences; a block shared by forks counts once
   std::int64_t sequences = 0;
   std::int64_t block_bytes = 0;     // K + V bytes of one block, all layers
+  // K + V bytes one token takes, all layers (ModelShape::kv_bytes_per_token): half as many with
+  // an fp8_e4m3 cache as with fp16, so the same kv_cache_bytes holds twice the tokens.
+  std::int64_t kv_bytes_per_token = 0;
+  KvCacheType kv_cache_type = KvCacheType::kFp16;
 };
 
 class ATTNRT_EXPORT Runtime {

@@ -1,16 +1,19 @@
 // The C interface (attnrt/c_api.h) on the CPU executor: error codes and messages, the sequence
-// calls, blocking and asynchronous decode checked against a dense FP64 reference.
+// calls, blocking and asynchronous decode checked against a dense FP64 reference; the FP8 E4M3
+// KV cache option with its scales.
 #include <attnrt/c_api.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include <attnrt/config.h>
+#include "api/internal/fp8_e4m3.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
 
@@ -74,6 +77,112 @@ TEST(CApiTest, CreateRejectsBadOptionsNamingTheField) {
   EXPECT_EQ(attnrt_create(&o, &rt, tiny, sizeof(tiny)), ATTNRT_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(tiny), "options");  // truncated to 7 characters + NUL
   EXPECT_EQ(attnrt_create(nullptr, &rt, nullptr, 0), ATTNRT_INVALID_ARGUMENT);
+}
+
+TEST(CApiTest, OptionsInitSetsTheFp16CacheWithoutScales) {
+  attnrt_options o;
+  std::memset(&o, 0xab, sizeof(o));
+  attnrt_options_init(&o);
+  EXPECT_EQ(o.kv_cache_type, ATTNRT_KV_CACHE_FP16);
+  EXPECT_EQ(o.kv_scales, nullptr);
+  EXPECT_EQ(o.num_kv_scales, 0u);
+}
+
+TEST(CApiTest, CreateRejectsBadKvCacheOptionsNamingTheField) {
+  attnrt_runtime* rt = reinterpret_cast<attnrt_runtime*>(0x1);
+  char error[256] = "";
+  attnrt_options o = SmallOptions();  // 2 layers x 2 KV heads: 8 scales
+  o.kv_cache_type = static_cast<attnrt_kv_cache_type>(5);
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_NE(std::string(error).find("options.kv_cache_type = 5"), std::string::npos) << error;
+
+  o = SmallOptions();
+  o.kv_cache_type = ATTNRT_KV_CACHE_FP8_E4M3;
+  float scales[8] = {1, 1, 1, 1, 1, -2, 1, 1};
+  o.kv_scales = scales;
+  o.num_kv_scales = 8;
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("kv_scales[5] = -2"), std::string::npos) << error;
+  scales[5] = 0.0f;
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("kv_scales[5] = 0"), std::string::npos) << error;
+  scales[5] = 1.0f;
+  o.num_kv_scales = 7;
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("kv_scales has 7 values"), std::string::npos) << error;
+  o.num_kv_scales = std::size_t{1} << 40;  // never read: refused before any copy
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("options.num_kv_scales = 1099511627776"), std::string::npos)
+      << error;
+  o.kv_scales = nullptr;
+  o.num_kv_scales = 8;
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("options.kv_scales is NULL"), std::string::npos) << error;
+
+  o = SmallOptions();  // scales with an FP16 cache
+  o.kv_scales = scales;
+  o.num_kv_scales = 8;
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("fp16 takes none"), std::string::npos) << error;
+
+  o = SmallOptions();
+  o.kv_cache_type = ATTNRT_KV_CACHE_FP8_E4M3;
+  o.device = ATTNRT_DEVICE_CUDA;  // until the GPU kernels read FP8
+  EXPECT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_UNIMPLEMENTED);
+  EXPECT_NE(std::string(error).find("fp8_e4m3 KV cache on the CUDA executor"), std::string::npos)
+      << error;
+  EXPECT_EQ(rt, nullptr);
+}
+
+// An FP8 cache with calibrated scales: prefill and decodes match the FP64 reference over the
+// dequantised K/V; the scales are copied during attnrt_create (the caller's array may go).
+TEST(CApiTest, Fp8CacheWithScalesMatchesTheDequantisedReference) {
+  attnrt_options o = SmallOptions();
+  const ModelShape shape = ShapeOf(o);
+  o.kv_cache_type = ATTNRT_KV_CACHE_FP8_E4M3;
+  std::vector<float> scales = {0.5f, 2.0f, 1.0f, 0.25f, 1.5f, 0.75f, 3.0f, 1.0f};
+  const std::vector<float> kept = scales;
+  o.kv_scales = scales.data();
+  o.num_kv_scales = scales.size();
+  attnrt_runtime* rt = nullptr;
+  char error[256] = "";
+  ASSERT_EQ(attnrt_create(&o, &rt, error, sizeof(error)), ATTNRT_OK) << error;
+  std::fill(scales.begin(), scales.end(), -1.0f);  // the runtime holds its own copy
+
+  const int layer = 1;
+  auto dequantised = [&](const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
+                         testing::DenseKv* mirror) {
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      const int h = static_cast<int>(i / shape.head_dim % shape.num_kv_heads);
+      const float ks = kept[shape.kv_scale_index(false, layer, h)];
+      const float vs = kept[shape.kv_scale_index(true, layer, h)];
+      mirror->k.push_back(DequantizeE4M3(QuantizeE4M3(HalfToFloat(Half{k[i]}), ks), ks));
+      mirror->v.push_back(DequantizeE4M3(QuantizeE4M3(HalfToFloat(Half{v[i]}), vs), vs));
+    }
+  };
+  const std::size_t kv = shape.kv_token_elems(), qn = std::size_t(shape.num_q_heads) * shape.head_dim;
+  testing::NormalRng rng(31);
+  testing::DenseKv mirror;
+  ASSERT_EQ(attnrt_create_sequence(rt, 3, error, sizeof(error)), ATTNRT_OK) << error;
+  auto pk = Normal(rng, kv * 40), pv = Normal(rng, kv * 40);
+  ASSERT_EQ(attnrt_prefill(rt, 3, layer, 40, pk.data(), pv.data(), error, sizeof(error)), ATTNRT_OK)
+      << error;
+  dequantised(pk, pv, &mirror);
+  for (int step = 0; step < 4; ++step) {
+    auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
+    std::vector<uint16_t> out(qn, 0x7e00);
+    ASSERT_EQ(attnrt_decode(rt, 3, layer, q.data(), k.data(), v.data(), out.data(), error,
+                            sizeof(error)),
+              ATTNRT_OK)
+        << error;
+    dequantised(k, v, &mirror);
+    auto err = testing::CompareToReference(AsHalves(out),
+                                           testing::DenseDecode(shape, mirror, AsHalves(q)));
+    EXPECT_LE(err.max_abs, 2e-3) << "step " << step;
+    EXPECT_LE(err.rel_l2, 1e-3) << "step " << step;
+  }
+  attnrt_destroy(rt);
 }
 
 TEST(CApiTest, DecodesMatchDenseReferenceBlockingAndAsync) {

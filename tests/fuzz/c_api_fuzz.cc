@@ -40,6 +40,7 @@
 
 #include <attnrt/c_api.h>
 #include <attnrt/half.h>
+#include "api/internal/fp8_e4m3.h"
 
 namespace {
 
@@ -639,6 +640,46 @@ class Harness {
     static constexpr std::int64_t kTimeouts[] = {0, 1, 1000, -1, std::numeric_limits<int64_t>::min(),
                                                  std::int64_t{1} << 40, 10'000'000, -1000};
     o.default_timeout_us = kTimeouts[in.ConsumeIntegralInRange(0, 7)];
+    // The KV cache type (any int, as device) and its optional scales: none, the right count or
+    // one off, NULL with a count, a huge count (refused before any read); values good or not.
+    static constexpr int kKvTypes[] = {ATTNRT_KV_CACHE_FP16, ATTNRT_KV_CACHE_FP8_E4M3, 2, -1};
+    const int kv_type = kKvTypes[in.ConsumeIntegralInRange(0, 3)];
+    static_assert(sizeof(kv_type) == sizeof(o.kv_cache_type));
+    std::memcpy(&o.kv_cache_type, &kv_type, sizeof(kv_type));
+    const std::size_t want_scales =
+        o.num_layers > 0 && o.num_kv_heads > 0
+            ? 2 * static_cast<std::size_t>(o.num_layers) * static_cast<std::size_t>(o.num_kv_heads)
+            : 0;
+    static constexpr float kKvScales[] = {1.0f, 0.5f, 3.0f, 1e-30f, 0.0f, -1.0f, NAN, INFINITY,
+                                          1e38f};
+    std::size_t count = 0;
+    bool pass_null = false;
+    switch (in.ConsumeIntegralInRange(0, 5)) {
+      case 0: break;  // none: 1.0 everywhere
+      case 1: count = want_scales; break;
+      case 2: count = want_scales + 1; break;
+      case 3: count = want_scales > 0 ? want_scales - 1 : 0; break;
+      case 4: count = std::size_t{1} << 40; break;  // refused before any read
+      default: count = want_scales; pass_null = true; break;
+    }
+    // The floats the count promises, where the runtime may read them (a count past the shape's
+    // is refused unread); one of them fuzzed.
+    std::vector<float> scales(count <= want_scales ? count : 0, 1.0f);
+    bool scales_ok = true;
+    if (!scales.empty()) {
+      const std::size_t at = in.ConsumeIntegral<std::uint8_t>() % scales.size();
+      scales[at] = kKvScales[in.ConsumeIntegralInRange(0, 8)];
+      scales_ok = scales[at] > 0.0f && std::isfinite(scales[at]) &&
+                  scales[at] <= std::numeric_limits<float>::max() / 448.0f;
+    }
+    static const float kUnread = 1.0f;
+    o.kv_scales = pass_null ? nullptr : scales.empty() ? &kUnread : scales.data();
+    o.num_kv_scales = count;
+    if (count > 0) {
+      scales_ok = scales_ok && !pass_null && count == want_scales &&
+                  kv_type == ATTNRT_KV_CACHE_FP8_E4M3;
+    }
+    const bool fp8 = kv_type == ATTNRT_KV_CACHE_FP8_E4M3;
     ErrorBuffer e(in);
     const bool valid =
         o.num_layers >= 1 && o.num_q_heads >= 1 && o.num_kv_heads >= 1 &&
@@ -647,10 +688,10 @@ class Harness {
         (o.block_size == 8 || o.block_size == 16 || o.block_size == 32 || o.block_size == 64) &&
         o.max_context >= 1 && std::isfinite(o.softmax_scale) && o.softmax_scale >= 0 &&
         device == ATTNRT_DEVICE_CPU && o.max_batch_size >= 1 && o.max_queue_delay_us >= 0 &&
-        o.default_timeout_us >= 0 &&
+        o.default_timeout_us >= 0 && (kv_type == ATTNRT_KV_CACHE_FP16 || fp8) && scales_ok &&
         (o.kv_cache_bytes == 0 ||
-         o.kv_cache_bytes >= std::size_t{4} * o.num_layers * o.num_kv_heads * o.block_size *
-                                 o.head_dim);  // at least one block
+         o.kv_cache_bytes >= std::size_t{fp8 ? 2u : 4u} * o.num_layers * o.num_kv_heads *
+                                 o.block_size * o.head_dim);  // at least one block
     if (valid && runtimes_started_ >= kMaxRuntimesPerProcess) {
       return Trace("create skipped (runtime budget)");
     }
@@ -674,8 +715,21 @@ class Harness {
     Expect(d, {ATTNRT_OK, ATTNRT_RESOURCE_EXHAUSTED, ATTNRT_DEADLINE_EXCEEDED},
            "decode (new runtime)");
     if (d == ATTNRT_OK) {
-      for (std::uint16_t h : out) {
-        if (h != 0x3800) Fail("decode (new runtime): out != v for one token");
+      // One token: out is its V as the cache holds it (0.5 exactly in FP16; in FP8 0.5 / scale
+      // quantised, times the scale of the head's V).
+      const int group = o.num_q_heads / o.num_kv_heads;
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const int kv_head = static_cast<int>(i / o.head_dim) / group;
+        std::uint16_t want = 0x3800;
+        if (fp8) {
+          // V's scale of (layer 0, kv_head): index (1 * num_layers + 0) * num_kv_heads + kv_head.
+          const float s = scales.empty()
+                              ? 1.0f
+                              : scales[static_cast<std::size_t>(o.num_layers) * o.num_kv_heads +
+                                       kv_head];
+          want = attnrt::FloatToHalf(attnrt::DequantizeE4M3(attnrt::QuantizeE4M3(0.5f, s), s)).bits;
+        }
+        if (out[i] != want) Fail("decode (new runtime): out != v for one token");
       }
     }
     attnrt_destroy(r);
