@@ -1,6 +1,6 @@
 // libFuzzer target for the tools' command-line parsing (tools/flags.h, over CLI11, whose exceptions
 // Parse must turn into exit codes, never let out): a FlagSet declared as
-// tune_window, serve_tcp, loadgen_tcp or demo declare theirs (names, types, ranges, defaults;
+// tune_window, serve_tcp, loadgen_tcp, demo or attnrt-check declare theirs (names, types, ranges, defaults;
 // copied from their ParseArgs, help texts shortened), parsing an argv built from the input.
 // Checks: nothing crashes; Parse returns kContinue, 0 (only for --help/-h) or 2; a 2 comes with
 // an error line naming the tool on stderr and nothing else does; after kContinue every value is
@@ -105,9 +105,10 @@ struct TuneWindowOptions {  // examples/tune_window.cc
   double duration_s = 0.5, p99_slo_us = 2000;
   int max_queue_size = 1 << 16;
   int heads = 32, kv_heads = 8, head_dim = 128, block_size = 16, context = 512, sequences = 1024;
-  std::string json;
+  std::string json, csv;
+  int repeats = 3;
   int criteria_batch = 0, criteria_window_us = 200, producers = 1, buffers = 3;
-  bool staging_memory = false, no_sweep = false;
+  bool staging_memory = false, no_sweep = false, full_overload = false;
   int inject_failures_every = 0;
   std::string inject_failure_kind = "error";
 
@@ -125,7 +126,10 @@ struct TuneWindowOptions {  // examples/tune_window.cc
     f.Int("--block-size", &block_size, "KV block size");
     f.Int("--context", &context, "prompt tokens", 1, 1 << 20);
     f.Int("--sequences", &sequences, "sequences", 1, 1 << 20);
+    f.Int("--repeats", &repeats, "runs per point", 1, 100);
     f.String("--json", &json, "JSON file");
+    f.String("--csv", &csv, "CSV file");
+    f.Bool("--full-overload", &full_overload, "overloaded points in full");
     f.Int("--criteria", &criteria_batch, "criteria batch", 0, 1 << 16);
     f.Int("--criteria-window-us", &criteria_window_us, "criteria window");
     f.Int("--producers", &producers, "producer threads", 1, 64);
@@ -145,6 +149,7 @@ struct ServeTcpOptions {  // examples/serve_tcp.cc
   int max_context = 4096, window_us = 100, max_batch = 64, kv_cache_mb = 0, max_seconds = 0;
   int max_connections = 256, max_pending_mb = 128, max_reply_backlog_kb = 1024;
   int frame_timeout_ms = 30000, close_linger_ms = 2000, drain_timeout_s = 10;
+  int metrics_port = -1;
 
   void Declare(CheckedFlags& f) {
     f.Choice("--device", &device, attnrt::tools::DeviceChoices(), "executor");
@@ -168,6 +173,7 @@ struct ServeTcpOptions {  // examples/serve_tcp.cc
     f.Int("--frame-timeout-ms", &frame_timeout_ms, "frame timeout");
     f.Int("--close-linger-ms", &close_linger_ms, "close linger");
     f.Int("--drain-timeout-s", &drain_timeout_s, "drain timeout", 1, 3600);
+    f.Int("--metrics-port", &metrics_port, "metrics port", -1, 65535);
   }
 };
 
@@ -228,7 +234,30 @@ struct DemoOptions {  // examples/demo.cc
   }
 };
 
-// Every flag name of the four tools, and values worth trying, so that argv reaches them often.
+struct CheckOptions {  // examples/check.cc
+  std::string device = "auto", paths, json;
+  std::vector<int> head_dims = {64, 128, 256}, block_sizes = {8, 16, 32, 64}, groups = {1, 4, 8};
+  int kv_heads = 2, sequences = 6, context = 200, steps = 3;
+  double tolerance = 2e-3;
+  std::uint64_t seed = 0;
+
+  void Declare(CheckedFlags& f) {
+    f.Choice("--device", &device, attnrt::tools::DeviceChoices(), "executor");
+    f.String("--paths", &paths, "decode paths");
+    f.List("--head-dims", &head_dims, "head dims");
+    f.List("--block-sizes", &block_sizes, "block sizes");
+    f.List("--groups", &groups, "group sizes");
+    f.Int("--kv-heads", &kv_heads, "KV heads", 1, 64);
+    f.Int("--sequences", &sequences, "sequences", 1, 1024);
+    f.Int("--context", &context, "prompt tokens", 1, 1 << 16);
+    f.Int("--steps", &steps, "decode steps", 1, 1024);
+    f.Double("--tolerance", &tolerance, "max error", 0, 1);
+    f.Int("--seed", &seed, "seed", 0, 1e18);
+    f.String("--json", &json, "JSON file");
+  }
+};
+
+// Every flag name of the five tools, and values worth trying, so that argv reaches them often.
 const std::vector<std::string>& Names() {
   static const std::vector<std::string> names = {
       "--help", "-h", "--device", "--rates", "--windows-us", "--max-batches", "--duration",
@@ -240,7 +269,9 @@ const std::vector<std::string>& Names() {
       "--max-connections", "--max-pending-mb", "--max-reply-backlog-kb", "--frame-timeout-ms",
       "--close-linger-ms", "--drain-timeout-s", "--host", "--rate", "--max-requests",
       "--priority", "--drain-timeout", "--first-sequence", "--seed", "--verify",
-      "--check-malformed", "--shutdown-server", "--tolerate-server-stop", "--steps"};
+      "--check-malformed", "--shutdown-server", "--tolerate-server-stop", "--steps",
+      "--repeats", "--csv", "--full-overload", "--metrics-port", "--paths", "--head-dims",
+      "--block-sizes", "--groups", "--tolerance", "--log-level", "--version"};
   return names;
 }
 const std::vector<std::string>& Values() {
@@ -330,9 +361,10 @@ void Run(CheckedFlags& flags, const std::vector<std::string>& args) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  const int tool = in.ConsumeIntegralInRange(0, 3);
+  const int tool = in.ConsumeIntegralInRange(0, 4);
   std::vector<std::string> args;
-  static const char* kTools[] = {"tune_window", "serve_tcp", "loadgen_tcp", "demo"};
+  static const char* kTools[] = {"tune_window", "serve_tcp", "loadgen_tcp", "demo",
+                                 "attnrt-check"};
   args.push_back(kTools[tool]);
   while (in.remaining_bytes() > 0 && args.size() < 24) {
     const std::uint8_t pick = in.ConsumeIntegral<std::uint8_t>();
@@ -350,11 +382,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ServeTcpOptions st;
   LoadgenTcpOptions lg;
   DemoOptions dm;
+  CheckOptions ck;
   switch (tool) {
     case 0: tw.Declare(flags); break;
     case 1: st.Declare(flags); break;
     case 2: lg.Declare(flags); break;
-    default: dm.Declare(flags); break;
+    case 3: dm.Declare(flags); break;
+    default: ck.Declare(flags); break;
   }
   Run(flags, args);
   return 0;
