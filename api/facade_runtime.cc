@@ -255,12 +255,6 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   }
   const bool use_cuda = options.device == DeviceKind::kCuda ||
                         (options.device == DeviceKind::kAuto && CudaDeviceAvailable());
-  // The one place that keeps FP8 off the GPU until its kernels read FP8 pools (issue 13).
-  if (fp8 && use_cuda) {
-    return UnimplementedError(
-        "fp8_e4m3 KV cache on the CUDA executor: not yet supported (ModelShape.kv_cache_type; "
-        "use DeviceKind::kCpu or an fp16 cache)");
-  }
   std::string description;
   std::unique_ptr<runtime::Executor> executor;
   if (use_cuda) {

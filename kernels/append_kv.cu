@@ -1,9 +1,12 @@
 // Append-KV: copies the new K and V ([Hkv][D] each) of each live batch row into the page that
 // holds position kv_length - 1 of its layer. One CTA per row, 16-byte copies; padded rows exit.
+// An FP8 E4M3 cache stores each element quantized under its (layer, kv head) scale
+// (api/internal/fp8_e4m3.h, the host's codec): 8 codes per 16-byte read.
 #include <cstdint>
 #include <string>
 
 #include "api/internal/cuda_check.h"
+#include "api/internal/fp8_e4m3.h"
 #include "kernels/decode.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
@@ -13,13 +16,15 @@ namespace {
 
 constexpr int kAppendThreads = 128;
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kAppendThreads)
     AppendKvKernel(const std::int32_t* __restrict__ kv_lengths,
                    const std::int32_t* __restrict__ layers,
                    const std::int32_t* __restrict__ block_tables, int max_blocks_per_seq,
                    const uint4* __restrict__ k_new, const uint4* __restrict__ v_new, Half* k_pool,
                    Half* v_pool, std::int64_t layer_stride, std::int64_t block_stride,
-                   int block_size, int head_dim, int num_kv_heads) {
+                   int block_size, int head_dim, int num_kv_heads, const float* kv_scales,
+                   int num_layers) {
   WaitForPrerequisiteGrids();  // lengths, tables and k/v_new may come from a kernel just before
   AllowDependentLaunch();      // the decode kernel may launch and wait for this one to finish
   const int batch_row = blockIdx.x;
@@ -28,7 +33,8 @@ __global__ void __launch_bounds__(kAppendThreads)
   const int pos = len - 1;
   const std::int64_t block =
       block_tables[static_cast<std::int64_t>(batch_row) * max_blocks_per_seq + pos / block_size];
-  const std::int64_t page = layers[batch_row] * layer_stride + block * block_stride +
+  const int layer = layers[batch_row];
+  const std::int64_t page = layer * layer_stride + block * block_stride +
                             static_cast<std::int64_t>(pos % block_size) * head_dim;
   const int vecs_per_row = head_dim / 8;  // 8 halves = 16 bytes
   const int vecs = num_kv_heads * vecs_per_row;
@@ -37,8 +43,27 @@ __global__ void __launch_bounds__(kAppendThreads)
     const int h = i / vecs_per_row;
     const int j = i % vecs_per_row;
     const std::int64_t dst = page + static_cast<std::int64_t>(h) * block_size * head_dim + j * 8;
-    *reinterpret_cast<uint4*>(k_pool + dst) = k_new[src0 + i];
-    *reinterpret_cast<uint4*>(v_pool + dst) = v_new[src0 + i];
+    if constexpr (kFp8) {
+      // Element offsets are byte offsets in a pool of codes.
+      const float k_scale = kv_scales[layer * num_kv_heads + h];
+      const float v_scale = kv_scales[(num_layers + layer) * num_kv_heads + h];
+      const uint4 k8 = k_new[src0 + i], v8 = v_new[src0 + i];
+      const __half* kh = reinterpret_cast<const __half*>(&k8);
+      const __half* vh = reinterpret_cast<const __half*>(&v8);
+      uint2 kc = make_uint2(0u, 0u), vc = make_uint2(0u, 0u);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const std::uint32_t kb = QuantizeE4M3(__half2float(kh[e]), k_scale);
+        const std::uint32_t vb = QuantizeE4M3(__half2float(vh[e]), v_scale);
+        (e < 4 ? kc.x : kc.y) |= kb << (8 * (e % 4));
+        (e < 4 ? vc.x : vc.y) |= vb << (8 * (e % 4));
+      }
+      *reinterpret_cast<uint2*>(reinterpret_cast<std::uint8_t*>(k_pool) + dst) = kc;
+      *reinterpret_cast<uint2*>(reinterpret_cast<std::uint8_t*>(v_pool) + dst) = vc;
+    } else {
+      *reinterpret_cast<uint4*>(k_pool + dst) = k_new[src0 + i];
+      *reinterpret_cast<uint4*>(v_pool + dst) = v_new[src0 + i];
+    }
   }
 }
 
@@ -87,11 +112,14 @@ Status EnqueueAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cu
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  // The pools' scales say which cache it is (KvPoolView: null for FP16).
+  const bool fp8 = pools.scales != nullptr;
   ATTNRT_CUDA_RETURN(cudaLaunchKernelEx(
-      &cfg, AppendKvKernel, batch.kv_lengths, batch.layers, batch.block_tables,
-      batch.max_blocks_per_seq, reinterpret_cast<const uint4*>(batch.k_new),
+      &cfg, fp8 ? AppendKvKernel<true> : AppendKvKernel<false>, batch.kv_lengths, batch.layers,
+      batch.block_tables, batch.max_blocks_per_seq, reinterpret_cast<const uint4*>(batch.k_new),
       reinterpret_cast<const uint4*>(batch.v_new), pools.k, pools.v, pools.layer_stride(),
-      pools.block_stride(), pools.block_size, pools.head_dim, pools.num_kv_heads));
+      pools.block_stride(), pools.block_size, pools.head_dim, pools.num_kv_heads, pools.scales,
+      pools.num_layers));
   return Status::Ok();
 }
 

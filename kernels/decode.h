@@ -26,6 +26,7 @@ namespace attnrt::kernels {
 // ---- CUDA -----------------------------------------------------------------------------------
 // Append-KV kernel: writes each live row's new K/V into the device pools. A plan whose step is
 // kAppendAndDecode runs it (or fuses it) itself; this is for callers that append separately.
+// FP8 pools (pools.scales set) store each element quantized under its (layer, kv head) scale.
 Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream);
 
 // The GPU a plan is made for: split-KV grids are sized to fill its SMs, so a plan runs only on

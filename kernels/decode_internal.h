@@ -21,8 +21,9 @@
 namespace attnrt::kernels {
 
 // Unimplemented naming the combination if (D, block size, group) is outside what the CUDA
-// variants instantiate; InvalidArgument if the shape itself is invalid.
-Status CheckKernelShape(const ModelShape& shape, std::string_view variant);
+// variants instantiate, or the shape's KV cache is FP8 and the variant does not read FP8
+// (`reads_fp8`); InvalidArgument if the shape itself is invalid.
+Status CheckKernelShape(const ModelShape& shape, std::string_view variant, bool reads_fp8 = false);
 
 // Batch rows a decode grid may have (a grid's y and z extents are at most 65535).
 inline constexpr int kMaxDecodeCapacity = 65535;
@@ -164,6 +165,10 @@ struct PagedDecodeParams {
   Half* out;
   float* lse;
   float scale_log2;  // softmax scale * log2(e): scores in log2 units
+  // FP8 E4M3 pools only (k and v then hold codes): [2][num_layers][num_kv_heads] scales, K's
+  // then V's (ModelShape::kv_scale_index); null for FP16.
+  const float* kv_scales;
+  int num_layers;
 };
 // From views that passed CheckDecodeInputs.
 PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBatchView& batch,
@@ -188,7 +193,10 @@ struct SplitKvKernel {
 };
 // Defined by each family's file: Unimplemented for a head dim or group without an instance,
 // InvalidArgument naming config.warps for a CTA size not built at this head dim.
+// The tensor-core family reads an FP8 E4M3 cache (`fp8`) with 4 warps only.
 StatusOr<SplitKvKernel> SimtKernelFor(int head_dim, int group);
-StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps);
+StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps, bool fp8 = false);
+// The only CTA size the tensor-core family builds for an FP8 cache.
+inline constexpr int kTcFp8Warps = 4;
 
 }  // namespace attnrt::kernels

@@ -10,9 +10,12 @@
 // Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's (the PTX
 // differs only in the order of independent instructions; main loop untouched); the plan (kernel,
 // grid, splits from the plan's device) is made once by PlanSplitKv (split_kv_launch.cu).
+#include <cuda_fp8.h>
+
 #include <cstdint>
 #include <string>
 
+#include "api/internal/fp8_e4m3.h"
 #include "kernels/attention_merge.cuh"
 #include "api/internal/cuda_check.h"
 #include "kernels/decode_device.cuh"
@@ -22,14 +25,57 @@ namespace attnrt::kernels {
 namespace {
 
 constexpr int kWarpTokens = 16;  // tokens per warp tile: one mma k-step of p·V
-constexpr int kTcStages = 3;
 constexpr int kMaxHeadsPerKv = 8;  // the N side of O^T = V^T P^T
 constexpr int kMaxTcSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may have on sm_90
 
-// Shared memory of a CTA of kWarps warps: each warp's K and V rings.
-template <int kHeadDim, int kWarps>
+// Tiles in flight per warp: an FP8 tile is half the bytes, so one stage more keeps about as
+// many bytes in flight.
+template <bool kFp8>
+constexpr int TcStages() {
+  return kFp8 ? 4 : 3;
+}
+// Shared memory of one warp: its K and V rings (FP16 rows, or E4M3 codes plus the one FP16 K and
+// V tile they are converted into for ldmatrix).
+template <int kHeadDim, bool kFp8>
+constexpr int TcWarpSmemBytes() {
+  constexpr int tile = kWarpTokens * kHeadDim;  // elements
+  return kFp8 ? TcStages<kFp8>() * 2 * tile + 2 * tile * static_cast<int>(sizeof(Half))
+              : TcStages<kFp8>() * 2 * tile * static_cast<int>(sizeof(Half));
+}
+template <int kHeadDim, int kWarps, bool kFp8 = false>
 constexpr int TcSmemBytes() {
-  return kWarps * kTcStages * 2 * kWarpTokens * kHeadDim * static_cast<int>(sizeof(Half));
+  return kWarps * TcWarpSmemBytes<kHeadDim, kFp8>();
+}
+
+// 16 E4M3 codes (one 16-byte vector, element e in byte e) to 16 FP16 values: elements 0-7 in
+// `lo`, 8-15 in `hi`. Exact: every E4M3 value is an FP16 value (cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ void E4M3x16ToHalf(const uint4& codes, uint4& lo, uint4& hi) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  std::uint32_t h[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), __NV_E4M3);
+    const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
+    h[2 * i] = static_cast<std::uint32_t>(a.x) | (static_cast<std::uint32_t>(a.y) << 16);
+    h[2 * i + 1] = static_cast<std::uint32_t>(b.x) | (static_cast<std::uint32_t>(b.y) << 16);
+  }
+  lo = make_uint4(h[0], h[1], h[2], h[3]);
+  hi = make_uint4(h[4], h[5], h[6], h[7]);
+}
+// 16 FP16 values (two 16-byte vectors) to 16 E4M3 codes under `scale` (the cache's rule,
+// api/internal/fp8_e4m3.h: the host's codec, so both sides store the same bytes).
+__device__ __forceinline__ uint4 QuantizeHalf16(const uint4& lo, const uint4& hi, float scale) {
+  const __half* a = reinterpret_cast<const __half*>(&lo);
+  const __half* b = reinterpret_cast<const __half*>(&hi);
+  std::uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    const float x = __half2float(e < 8 ? a[e] : b[e - 8]);
+    w[e / 4] |= static_cast<std::uint32_t>(QuantizeE4M3(x, scale)) << (8 * (e % 4));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ void LdMatrixX4(const void* smem, std::uint32_t (&r)[4]) {
@@ -62,10 +108,14 @@ __device__ __forceinline__ int SwizzledOffset(int r, int c) {
 }
 
 // kWarps warps per CTA (the launch configuration study 4 sweeps): the CTA consumes
-// 16 * kWarps tokens per pipeline step.
-template <int kHeadDim, int kWarps>
+// 16 * kWarps tokens per pipeline step. kFp8: the pools hold E4M3 codes (SplitKvParams::kv_scales);
+// each lane converts the code chunks it copied into the warp's FP16 tile, the main loop is the
+// FP16 one, K's scale multiplies the scores and V's the output.
+template <int kHeadDim, int kWarps, bool kFp8 = false>
 __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParams p) {
-  constexpr int kChunks = kHeadDim / 8;                      // 16-byte chunks per row
+  constexpr int kTcStages = TcStages<kFp8>();
+  // A copy moves 16 bytes: 8 FP16 values or 16 E4M3 codes of a row.
+  constexpr int kChunks = kHeadDim / (kFp8 ? 16 : 8);        // 16-byte chunks per row
   constexpr int kCopies = kWarpTokens * kChunks / 32;        // per lane per tile, K (and V)
   constexpr int kKSteps = kHeadDim / 16;                     // q·K^T k-steps
   constexpr int kMTiles = kHeadDim / 16;                     // O^T m-tiles
@@ -100,11 +150,24 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
       layer * p.layer_stride + static_cast<std::int64_t>(kv_head) * (bs_mask + 1) * kHeadDim;
   const Half* k_base = p.k + head_off;
   const Half* v_base = p.v + head_off;
+  const int num_kv_heads = p.num_q_heads / p.group;
   const std::int64_t new_off =
-      (static_cast<std::int64_t>(batch_row) * (p.num_q_heads / p.group) + kv_head) * kHeadDim;
+      (static_cast<std::int64_t>(batch_row) * num_kv_heads + kv_head) * kHeadDim;
   const std::int32_t* table =
       p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq;
-  Half* ring = reinterpret_cast<Half*>(tc_smem) + warp * kTcStages * 2 * kTileHalves;
+  char* warp_smem = reinterpret_cast<char*>(tc_smem) + warp * TcWarpSmemBytes<kHeadDim, kFp8>();
+  // FP16: the ring of K/V tiles. FP8: the ring of code tiles, then the converted K and V tile.
+  Half* ring = reinterpret_cast<Half*>(warp_smem);
+  std::uint8_t* code_ring = reinterpret_cast<std::uint8_t*>(warp_smem);
+  Half* converted = reinterpret_cast<Half*>(warp_smem + kTcStages * 2 * kTileHalves);
+  // FP8: the byte pools and this (layer, kv head)'s scales.
+  const std::uint8_t* k_codes = reinterpret_cast<const std::uint8_t*>(p.k) + head_off;
+  const std::uint8_t* v_codes = reinterpret_cast<const std::uint8_t*>(p.v) + head_off;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  if constexpr (kFp8) {
+    k_scale = p.kv_scales[layer * num_kv_heads + kv_head];
+    v_scale = p.kv_scales[(p.num_layers + layer) * num_kv_heads + kv_head];
+  }
 
   // Lane j < 16 holds the block id of token j of the next tile to issue (fetched a tile ahead).
   auto tile_begin = [&](int j) { return begin + (warp + j * kWarps) * kWarpTokens; };
@@ -116,6 +179,37 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   };
   auto issue = [&](int j, int block) {
     if (j >= my_tiles) return;  // warp-uniform
+    if constexpr (kFp8) {
+      std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
+      std::uint8_t* vc = kc + kTileHalves;
+      const int tb = tile_begin(j);
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int idx = lane + 32 * i;
+        const int r = idx / kChunks;
+        const int c = idx % kChunks;
+        const int b = __shfl_sync(0xffffffffu, block, r);
+        const int tok = tb + r;
+        const bool valid = tok < end;
+        const std::int64_t off = static_cast<std::int64_t>(b) * p.block_stride +
+                                 static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 16;
+        const int dst = r * kHeadDim + c * 16;
+        if (tok == append_tok) {
+          const uint4* kn = reinterpret_cast<const uint4*>(p.k_new + new_off + c * 16);
+          const uint4* vn = reinterpret_cast<const uint4*>(p.v_new + new_off + c * 16);
+          const uint4 k_row = QuantizeHalf16(kn[0], kn[1], k_scale);
+          const uint4 v_row = QuantizeHalf16(vn[0], vn[1], v_scale);
+          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(k_codes) + off) = k_row;
+          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(v_codes) + off) = v_row;
+          *reinterpret_cast<uint4*>(kc + dst) = k_row;
+          *reinterpret_cast<uint4*>(vc + dst) = v_row;
+          continue;
+        }
+        CpAsync16(kc + dst, valid ? k_codes + off : k_codes, valid);
+        CpAsync16(vc + dst, valid ? v_codes + off : v_codes, valid);
+      }
+      return;
+    }
     Half* ks = ring + (j % kTcStages) * 2 * kTileHalves;
     Half* vs = ks + kTileHalves;
     const int tb = tile_begin(j);
@@ -167,6 +261,8 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
     }
   }
 
+  // FP8: the scores of codes times K's scale are the scores of the dequantised K.
+  const float score_scale = kFp8 ? p.scale_log2 * k_scale : p.scale_log2;
   float m = kNoScore;  // running max of head g (quad-uniform), log2 units
   float l = 0.0f;      // this thread's share of head g's sum
   float o[kMTiles][4];  // O^T: (d = mt*16 + g [+8], heads 2t, 2t+1)
@@ -182,9 +278,31 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
     CpAsyncCommit();
     block = load_block(j + kTcStages);
     CpAsyncWait<kTcStages - 1>();
-    __syncwarp();  // the other lanes' copies of tile j are visible
     const Half* ks = ring + (j % kTcStages) * 2 * kTileHalves;
     const Half* vs = ks + kTileHalves;
+    if constexpr (kFp8) {
+      // Each lane converts the chunks it copied itself (visible to it after the wait).
+      const std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
+      const std::uint8_t* vc = kc + kTileHalves;
+      Half* kh = converted;
+      Half* vh = converted + kTileHalves;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int idx = lane + 32 * i;
+        const int r = idx / kChunks;
+        const int c = idx % kChunks;
+        uint4 lo, hi;
+        E4M3x16ToHalf(*reinterpret_cast<const uint4*>(kc + r * kHeadDim + c * 16), lo, hi);
+        *reinterpret_cast<uint4*>(kh + SwizzledOffset<kHeadDim>(r, 2 * c)) = lo;
+        *reinterpret_cast<uint4*>(kh + SwizzledOffset<kHeadDim>(r, 2 * c + 1)) = hi;
+        E4M3x16ToHalf(*reinterpret_cast<const uint4*>(vc + r * kHeadDim + c * 16), lo, hi);
+        *reinterpret_cast<uint4*>(vh + SwizzledOffset<kHeadDim>(r, 2 * c)) = lo;
+        *reinterpret_cast<uint4*>(vh + SwizzledOffset<kHeadDim>(r, 2 * c + 1)) = hi;
+      }
+      ks = kh;
+      vs = vh;
+    }
+    __syncwarp();  // the other lanes' copies (or conversions) of tile j are visible
 
     // S = Q K^T: heads x 16 tokens (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -203,7 +321,7 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int tok = tb + (e >> 1) * 8 + 2 * t + (e & 1);
-      x[e] = tok < end ? x[e] * p.scale_log2 : -INFINITY;
+      x[e] = tok < end ? x[e] * score_scale : -INFINITY;
       mx = fmaxf(mx, x[e]);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -240,13 +358,21 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
   CpAsyncWait<0>();
+  if constexpr (kFp8) {
+    // O was accumulated over V's codes: times V's scale it is over the dequantised V.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][e] *= v_scale;
+    }
+  }
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
   // Merge the warps through shared memory (the rings, now idle).
   static_assert(sizeof(float) * kWarps * kMaxHeadsPerKv * (kHeadDim + 2) <=
-                    static_cast<std::size_t>(TcSmemBytes<kHeadDim, kWarps>()),
+                    static_cast<std::size_t>(TcSmemBytes<kHeadDim, kWarps, kFp8>()),
                 "reduction scratch must fit in the rings");
   __syncthreads();
   float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][D]
@@ -279,18 +405,23 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   }
 }
 
-template <int kHeadDim, int kWarps>
+template <int kHeadDim, int kWarps, bool kFp8 = false>
 SplitKvKernel TcKernelForConfig() {
+  static_assert(TcSmemBytes<kHeadDim, kWarps, kFp8>() <= kMaxTcSmemBytes);
   SplitKvKernel k;
-  k.fn = reinterpret_cast<const void*>(TcDecodeKernel<kHeadDim, kWarps>);
+  k.fn = reinterpret_cast<const void*>(TcDecodeKernel<kHeadDim, kWarps, kFp8>);
   k.threads = kWarps * 32;
-  k.smem_bytes = TcSmemBytes<kHeadDim, kWarps>();
+  k.smem_bytes = TcSmemBytes<kHeadDim, kWarps, kFp8>();
   k.tile_tokens = kWarps * kWarpTokens;
   return k;
 }
 
 template <int kHeadDim>
-SplitKvKernel TcKernelForDim(int warps) {
+SplitKvKernel TcKernelForDim(int warps, bool fp8) {
+  if (fp8) {
+    return warps == kTcFp8Warps ? TcKernelForConfig<kHeadDim, kTcFp8Warps, true>()
+                                : SplitKvKernel{};
+  }
   switch (warps) {
     case 2: return TcKernelForConfig<kHeadDim, 2>();
     case 4: return TcKernelForConfig<kHeadDim, 4>();
@@ -306,10 +437,15 @@ SplitKvKernel TcKernelForDim(int warps) {
 
 }  // namespace
 
-StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps) {
+StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps, bool fp8) {
   SplitKvKernel k;
   ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(
-      head_dim, [&](auto d) { k = TcKernelForDim<decltype(d)::value>(warps); }));
+      head_dim, [&](auto d) { k = TcKernelForDim<decltype(d)::value>(warps, fp8); }));
+  if (k.fn == nullptr && fp8) {
+    return InvalidArgumentError("config.warps = " + std::to_string(warps) +
+                                " is not built for an FP8 KV cache (warps " +
+                                std::to_string(kTcFp8Warps) + " only)");
+  }
   if (k.fn == nullptr) {
     return InvalidArgumentError("config.warps = " + std::to_string(warps) +
                                 " is not built for head_dim = " + std::to_string(head_dim) +

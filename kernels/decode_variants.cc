@@ -130,7 +130,7 @@ Status StartRun(const DecodePlan& plan, std::string_view variant, const DecodeBa
   return Status::Ok();
 }
 
-Status CheckKernelShape(const ModelShape& shape, std::string_view variant) {
+Status CheckKernelShape(const ModelShape& shape, std::string_view variant, bool reads_fp8) {
   const int g = shape.num_kv_heads > 0 ? shape.num_q_heads / shape.num_kv_heads : 0;
   const bool d_ok = shape.head_dim == 64 || shape.head_dim == 128 || shape.head_dim == 256;
   const bool bs_ok = shape.block_size == 8 || shape.block_size == 16 || shape.block_size == 32 ||
@@ -146,6 +146,12 @@ Status CheckKernelShape(const ModelShape& shape, std::string_view variant) {
                               std::to_string(shape.num_kv_heads) +
                               " (supported: head_dim 64, 128, 256; block_size 8, 16, 32, 64; "
                               "group size 1, 2, 4, 8)");
+  }
+  if (shape.kv_cache_type != KvCacheType::kFp16 && !reads_fp8) {
+    return UnimplementedError("decode variant '" + std::string(variant) +
+                              "' does not read kv_cache_type = " +
+                              std::string(KvCacheTypeName(shape.kv_cache_type)) +
+                              " (the split_kv variant does)");
   }
   return shape.Validate();
 }
@@ -209,6 +215,12 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer(ptr.name, ptr.p, ptr.alignment));
   }
   if (batch.lse != nullptr) ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.lse", batch.lse, 4));
+  if (shape.kv_cache_type != KvCacheType::kFp16) {
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("pools.scales", pools.scales, 4));
+  } else if (pools.scales != nullptr) {
+    return InvalidArgumentError("pools.scales is set for an fp16 KV cache (only FP8 pools have "
+                                "scales)");
+  }
   if (reads_new_kv) {
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.k_new", batch.k_new, 16));
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.v_new", batch.v_new, 16));

@@ -693,7 +693,14 @@ Status RunGemmPath(const GemmPathPlan& plan, const ModelShape& shape, const Deco
 
 // ---- the decode-variant table's "gemm" entry -------------------------------------------------
 
-Status GemmSupports(const ModelShape& shape) { return shape.Validate(); }
+Status GemmSupports(const ModelShape& shape) {
+  if (shape.kv_cache_type != KvCacheType::kFp16) {
+    return UnimplementedError("decode variant 'gemm' does not read kv_cache_type = " +
+                              std::string(KvCacheTypeName(shape.kv_cache_type)) +
+                              " (the split_kv variant does)");
+  }
+  return shape.Validate();
+}
 
 std::vector<int> GemmKvLengthBuckets(const ModelShape& shape) {
   std::vector<int> buckets = GemmPathTpadBuckets(shape);

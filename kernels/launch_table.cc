@@ -55,6 +55,9 @@ SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& sh
       config = row.config;
     }
   }
+  // The table was swept over FP16 caches; an FP8 cache keeps the row's splitting and the one CTA
+  // size built for it.
+  if (shape.kv_cache_type == KvCacheType::kFp8E4M3) config.warps = kTcFp8Warps;
   return config;
 }
 

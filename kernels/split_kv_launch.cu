@@ -44,8 +44,10 @@ __global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKv
 
 StatusOr<SplitKvKernel> KernelFor(SplitKvFamily family, const SplitKvLaunchConfig& config,
                                   const ModelShape& shape) {
-  return family == SplitKvFamily::kSimt ? SimtKernelFor(shape.head_dim, shape.group_size())
-                                        : TcKernelFor(shape.head_dim, config.warps);
+  return family == SplitKvFamily::kSimt
+             ? SimtKernelFor(shape.head_dim, shape.group_size())
+             : TcKernelFor(shape.head_dim, config.warps,
+                           shape.kv_cache_type == KvCacheType::kFp8E4M3);
 }
 
 // Readies kernel `k` on the plan's device and returns the CTAs of it an SM holds at once, which
@@ -157,6 +159,8 @@ PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBat
   p.out = batch.out;
   p.lse = batch.lse;
   p.scale_log2 = batch.scale * kLog2e;
+  p.kv_scales = shape.kv_cache_type == KvCacheType::kFp16 ? nullptr : pools.scales;
+  p.num_layers = shape.num_layers;
   return p;
 }
 
@@ -190,7 +194,8 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
 
 template <SplitKvFamily kFamily>
 Status SplitKvSupports(const ModelShape& shape) {
-  return CheckKernelShape(shape, SplitKvVariantName(kFamily));
+  return CheckKernelShape(shape, SplitKvVariantName(kFamily),
+                          /*reads_fp8=*/kFamily == SplitKvFamily::kTensorCore);
 }
 
 template <SplitKvFamily kFamily>

@@ -13,9 +13,14 @@ namespace attnrt::kernels {
 // K and V pools of every layer. Layout (the KV contract, kvcache/kvcache.h):
 //   per layer: [num_blocks][num_kv_heads][block_size][head_dim] FP16 ("HND": one head's page is
 //   contiguous, block_size*head_dim*2 bytes), layer l at k + l * layer_stride (same for v).
+// An FP8 E4M3 cache (ModelShape::kv_cache_type, as the plan's shape says) has the same element
+// offsets with one byte per element: k and v then point at E4M3 codes (read them through
+// k_bytes()/v_bytes()), and `scales` at its [2][num_layers][num_kv_heads] FP32 scales
+// (ModelShape::kv_scale_index), in the pools' memory. `scales` is null for FP16.
 struct KvPoolView {
   Half* k = nullptr;
   Half* v = nullptr;
+  const float* scales = nullptr;
   int num_layers = 0;
   int num_blocks = 0;
   int num_kv_heads = 0;
@@ -26,6 +31,9 @@ struct KvPoolView {
     return static_cast<std::int64_t>(num_kv_heads) * block_size * head_dim;
   }
   std::int64_t layer_stride() const { return block_stride() * num_blocks; }
+  // The pools as bytes (FP8 codes: element offsets are byte offsets).
+  std::uint8_t* k_bytes() const { return reinterpret_cast<std::uint8_t*>(k); }
+  std::uint8_t* v_bytes() const { return reinterpret_cast<std::uint8_t*>(v); }
   // Offset (elements) of token `offset` of head `h` in block `block` of layer `layer`.
   std::int64_t TokenOffset(int layer, int block, int h, int offset) const {
     return layer * layer_stride() + block * block_stride() +

@@ -175,6 +175,15 @@ Status CudaExecutor::Impl::Init() {
   pools.num_kv_heads = shape.num_kv_heads;
   pools.block_size = shape.block_size;
   pools.head_dim = shape.head_dim;
+  if (shape.kv_cache_type != KvCacheType::kFp16) {
+    // The kernels read an FP8 cache's scales from device memory: uploaded once, before any
+    // capture, so every graph holds this one pointer.
+    const std::span<const float> scales = cache->kv_scales();
+    ATTNRT_ASSIGN_OR_RETURN(kv_scales, DeviceBuffer::Create(scales.size_bytes()));
+    ATTNRT_CUDA_RETURN(cudaMemcpy(kv_scales.data(), scales.data(), scales.size_bytes(),
+                                  cudaMemcpyHostToDevice));
+    pools.scales = kv_scales.as<float>();
+  }
   planner = std::make_unique<BatchPlanner>(
       &cache->sequences(), /*allow_device_memory=*/true,
       options.check_device_pointers

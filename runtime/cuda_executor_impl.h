@@ -227,6 +227,7 @@ struct CudaExecutor::Impl {
   std::vector<PipelineBuffer> buffers;
   DeviceBuffer workspace;
   std::unique_ptr<kvcache::KvCache> cache;
+  DeviceBuffer kv_scales;  // an FP8 cache's scales (KvCache::kv_scales()) for the kernels
   kernels::KvPoolView pools;
   std::vector<CapturedGraph> graphs;  // [path][bucket][buffer]
   std::unique_ptr<BatchPlanner> planner;

@@ -1,5 +1,6 @@
 // The FP8 E4M3 KV cache (ModelShape::kv_cache_type = kFp8E4M3) through the public Runtime on the
-// CPU executor: decodes match an FP64 dense reference over the *dequantised* cache within the
+// CPU executor and (where a GPU is present; skipped with the reason elsewhere) the CUDA executor,
+// whose split_kv kernel reads the codes: decodes match an FP64 dense reference over the *dequantised* cache within the
 // FP16 tolerances for every head dim, group size and block size with mixed lengths; prefill,
 // fork and copy-on-write; capacity doubles for the same bytes; bad scales and unsupported
 // configurations are refused at Create naming the field; and the error against the FP64
@@ -14,6 +15,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <attnrt/runtime.h>
@@ -31,8 +33,9 @@ using testing::ErrorStats;
 using testing::Normal;
 using testing::NormalRng;
 
-RuntimeOptions Fp8Options(int head_dim, int q_heads, int kv_heads, int block_size) {
-  RuntimeOptions o = testing::SmallRuntimeOptions(DeviceKind::kCpu);
+RuntimeOptions Fp8Options(int head_dim, int q_heads, int kv_heads, int block_size,
+                          DeviceKind device = DeviceKind::kCpu) {
+  RuntimeOptions o = testing::SmallRuntimeOptions(device);
   o.shape.num_q_heads = q_heads;
   o.shape.num_kv_heads = kv_heads;
   o.shape.head_dim = head_dim;
@@ -71,22 +74,33 @@ struct DecodeCase {
   bool explicit_scales;
 };
 
-std::string CaseName(const ::testing::TestParamInfo<DecodeCase>& info) {
-  const DecodeCase& c = info.param;
+// A case on one executor (the CUDA one skips without a GPU).
+using DecodeParam = std::tuple<DecodeCase, DeviceKind>;
+
+std::string CaseName(const ::testing::TestParamInfo<DecodeParam>& info) {
+  const auto& [c, device] = info.param;
   std::ostringstream os;
-  os << "D" << c.d << "_H" << c.h << "_Hkv" << c.hkv << "_bs" << c.bs
-     << (c.explicit_scales ? "_scaled" : "");
+  os << (device == DeviceKind::kCpu ? "Cpu" : "Cuda") << "_D" << c.d << "_H" << c.h << "_Hkv"
+     << c.hkv << "_bs" << c.bs << (c.explicit_scales ? "_scaled" : "");
   return os.str();
 }
 
-class Fp8DecodeTest : public ::testing::TestWithParam<DecodeCase> {};
+class Fp8DecodeTest : public ::testing::TestWithParam<DecodeParam> {
+ protected:
+  void SetUp() override {
+    if (std::get<1>(GetParam()) == DeviceKind::kCuda && !CudaDeviceAvailable()) {
+      GTEST_SKIP() << "no CUDA device (" << NoCudaDeviceReason()
+                   << "): the CUDA executor case needs a GPU";
+    }
+  }
+};
 
 // Sequences of mixed lengths (one with no prompt, others across block edges) decode together,
 // several steps, both layers: every output within max |out - ref| <= 2e-3 and relative L2 <= 1e-3
 // of the FP64 decode over the dequantised K/V.
 TEST_P(Fp8DecodeTest, MatchesTheFp64ReferenceOverTheDequantisedCache) {
-  const DecodeCase& c = GetParam();
-  RuntimeOptions o = Fp8Options(c.d, c.h, c.hkv, c.bs);
+  const auto& [c, device] = GetParam();
+  RuntimeOptions o = Fp8Options(c.d, c.h, c.hkv, c.bs, device);
   if (c.explicit_scales) o.shape.kv_scales = DistinctScales(o.shape);
   auto created = Runtime::Create(o);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -149,19 +163,22 @@ TEST_P(Fp8DecodeTest, MatchesTheFp64ReferenceOverTheDequantisedCache) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Fp8DecodeTest,
-    ::testing::Values(DecodeCase{64, 8, 8, 8, false},     // group 1
-                      DecodeCase{64, 8, 2, 16, true},     // group 4
-                      DecodeCase{128, 8, 1, 32, false},   // group 8
-                      DecodeCase{128, 16, 2, 64, true},   // group 8, largest blocks
-                      DecodeCase{128, 8, 2, 8, false},
-                      DecodeCase{256, 8, 2, 16, true},
-                      DecodeCase{256, 4, 4, 64, false}),
+    ::testing::Combine(::testing::Values(DecodeCase{64, 8, 8, 8, false},    // group 1
+                                         DecodeCase{64, 8, 2, 16, true},    // group 4
+                                         DecodeCase{128, 8, 1, 32, false},  // group 8
+                                         DecodeCase{128, 16, 2, 64, true},  // group 8, largest blocks
+                                         DecodeCase{128, 8, 2, 8, false},
+                                         DecodeCase{256, 8, 2, 16, true},
+                                         DecodeCase{256, 4, 4, 64, false}),
+                       ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda)),
     CaseName);
 
 // ---- Prefill, fork, copy-on-write -------------------------------------------------------------
 
-TEST(Fp8KvCacheTest, PrefillForkAndCopyOnWriteKeepParentAndChildApart) {
-  RuntimeOptions o = Fp8Options(128, 8, 2, 16);
+class Fp8ExecutorTest : public testing::RuntimeDeviceTest {};
+
+TEST_P(Fp8ExecutorTest, PrefillForkAndCopyOnWriteKeepParentAndChildApart) {
+  RuntimeOptions o = Fp8Options(128, 8, 2, 16, GetParam());
   o.shape.kv_scales = DistinctScales(o.shape);
   auto created = Runtime::Create(o);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -223,6 +240,8 @@ TEST(Fp8KvCacheTest, PrefillForkAndCopyOnWriteKeepParentAndChildApart) {
   EXPECT_EQ(rt.kv_cache_usage().blocks_in_use, 0);
 }
 
+INSTANTIATE_TEST_SUITE_P(Executors, Fp8ExecutorTest, testing::kBothDevices, testing::DeviceName);
+
 // ---- Create: bad scales, unsupported paths and devices ----------------------------------------
 
 TEST(Fp8KvCacheTest, CreateRefusesBadScalesNamingTheEntry) {
@@ -255,26 +274,22 @@ TEST(Fp8KvCacheTest, CreateRefusesBadScalesNamingTheEntry) {
   EXPECT_TRUE(Runtime::Create(o).ok());
 }
 
-TEST(Fp8KvCacheTest, GemmPathAndCudaExecutorRefuseFp8AtCreate) {
+TEST(Fp8KvCacheTest, GemmPathRefusesFp8AtCreateOnEveryDevice) {
   RuntimeOptions o = Fp8Options(128, 8, 2, 16);
-  o.decode_path = "gemm";
-  auto gemm = Runtime::Create(o);
-  ASSERT_FALSE(gemm.ok());
-  EXPECT_EQ(gemm.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(gemm.status().message().find("decode_path = 'gemm'"), std::string::npos)
-      << gemm.status().message();
-  EXPECT_NE(gemm.status().message().find("fp8_e4m3"), std::string::npos);
+  for (DeviceKind device : {DeviceKind::kCpu, DeviceKind::kCuda}) {
+    // Checked before any executor starts: the same answer with or without a GPU.
+    o.device = device;
+    o.decode_path = "gemm";
+    auto gemm = Runtime::Create(o);
+    ASSERT_FALSE(gemm.ok());
+    EXPECT_EQ(gemm.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(gemm.status().message().find("decode_path = 'gemm'"), std::string::npos)
+        << gemm.status().message();
+    EXPECT_NE(gemm.status().message().find("fp8_e4m3"), std::string::npos);
+  }
+  o.device = DeviceKind::kCpu;
   o.decode_path = "split_kv";  // any other path: the CPU executor runs the reference
   EXPECT_TRUE(Runtime::Create(o).ok());
-
-  o.device = DeviceKind::kCuda;  // with or without a GPU: the same answer until kernels read FP8
-  auto cuda = Runtime::Create(o);
-  ASSERT_FALSE(cuda.ok());
-  EXPECT_EQ(cuda.status().code(), StatusCode::kUnimplemented) << cuda.status().ToString();
-  EXPECT_NE(cuda.status().message().find(
-                "fp8_e4m3 KV cache on the CUDA executor: not yet supported"),
-            std::string::npos)
-      << cuda.status().message();
 }
 
 // ---- Capacity, memory report, metrics ----------------------------------------------------------
