@@ -15,8 +15,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -42,6 +44,23 @@ void FillRandom(Half* p, std::size_t n, std::uint32_t seed) {
   bench::FillNormal(reinterpret_cast<__half*>(p), static_cast<std::int64_t>(n), seed, nullptr);
 }
 
+// Clears bit 6 of every byte: any byte is then an E4M3 code of magnitude below 2 (exponent
+// field <= 7), never NaN.
+__global__ void MaskToSmallE4M3(std::uint32_t* p, std::size_t words) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < words;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    p[i] &= 0xBFBFBFBFu;
+  }
+}
+// `bytes` random E4M3 codes (from N(0,1) FP16 bits, masked): the timing does not depend on the
+// values, as long as none is NaN.
+void FillRandomE4M3(void* p, std::size_t bytes, std::uint32_t seed) {
+  if (bytes == 0) return;
+  FillRandom(static_cast<Half*>(p), bytes / 2, seed);
+  MaskToSmallE4M3<<<1024, 256>>>(static_cast<std::uint32_t*>(p), bytes / 4);
+  bench::Check(cudaGetLastError(), "MaskToSmallE4M3");
+}
+
 struct Ceilings {
   double read_tbps = 0.0;
   double copy_tbps = 0.0;  // D2D cudaMemcpy, bytes read + written (for reference)
@@ -60,6 +79,7 @@ struct BenchShape {
   bool with_append;
   int max_context;
   int first_context = 0;  // > 0: row 0 attends this many tokens (a skewed batch); others `context`
+  bool fp8 = false;       // an FP8 E4M3 KV cache (scales 1.0), else FP16; names end in _fp8
 };
 
 // Tokens row `row` of the batch attends.
@@ -88,6 +108,14 @@ const BenchShape kShapes[] = {
     {"b8_h32_t16384", 8, 32, 32, 16384, 128, 16, false, 16384},
     {"b128_h32_t1024", 128, 32, 32, 1024, 128, 16, false, 1024},
     {"skew_b32_h32_1x32768_31x512", 32, 32, 32, 512, 128, 16, false, 32768, 32768},
+    // Issue 13: the FP8 E4M3 cache on the issue's shapes (sdpa_compare.py times each against
+    // FP16 SDPA on the shape without the suffix).
+    {"mha_b32_h32_t4096_bs16_fp8", 32, 32, 32, 4096, 128, 16, false, 4096, 0, true},
+    {"b1_h32_t4096_fp8", 1, 32, 32, 4096, 128, 16, false, 4096, 0, true},
+    {"b1_h32_t65536_fp8", 1, 32, 32, 65536, 128, 16, false, 65536, 0, true},
+    {"gqa32_8_b32_t4096_fp8", 32, 32, 8, 4096, 128, 16, false, 4096, 0, true},
+    {"gqa64_8_b32_t4096_fp8", 32, 64, 8, 4096, 128, 16, false, 4096, 0, true},
+    {"b32_h8_t128_d64_append_fp8", 32, 8, 8, 128, 64, 16, true, 4096, 0, true},
 };
 
 ModelShape ToModelShape(const BenchShape& s) {
@@ -98,6 +126,7 @@ ModelShape ToModelShape(const BenchShape& s) {
   m.head_dim = s.head_dim;
   m.block_size = s.block_size;
   m.max_context = s.max_context;
+  if (s.fp8) m.kv_cache_type = KvCacheType::kFp8E4M3;  // scales: 1.0 each
   return m;
 }
 
@@ -105,7 +134,7 @@ ModelShape ToModelShape(const BenchShape& s) {
 double StepBytes(const BenchShape& s) {
   double tokens = 0.0;
   for (int row = 0; row < s.batch; ++row) tokens += RowContext(s, row);
-  const double kv = 2.0 * s.kv_heads * tokens * s.head_dim * 2;
+  const double kv = 2.0 * s.kv_heads * tokens * s.head_dim * (s.fp8 ? 1 : 2);
   const double qo = 2.0 * s.batch * s.q_heads * s.head_dim * 2;
   return kv + qo;
 }
@@ -115,7 +144,9 @@ struct InputSet {
   DeviceArray<Half> k_pool, v_pool, q, k_new, v_new, out;
   DeviceArray<std::int32_t> lengths, layers, tables;
   DeviceArray<float> lse;
+  DeviceArray<float> kv_scales;  // FP8 shapes: 1.0 each
   int num_blocks = 0, max_blocks = 0;
+  std::vector<std::int32_t> host_tables, host_lengths;  // for the reference check
 };
 
 struct Fixture {
@@ -144,10 +175,19 @@ Fixture& FixtureFor(const BenchShape& s) {
     in->max_blocks = m.max_blocks_per_sequence();
     in->num_blocks = blocks_total;
     const std::size_t pool = static_cast<std::size_t>(in->num_blocks) * m.kv_token_elems() * s.block_size;
-    bench::CheckOk(in->k_pool.Allocate(pool), "in->k_pool.Allocate");
-    bench::CheckOk(in->v_pool.Allocate(pool), "in->v_pool.Allocate");
-    FillRandom(in->k_pool.get(), pool, 1000 + 2 * k);
-    FillRandom(in->v_pool.get(), pool, 1001 + 2 * k);
+    if (s.fp8) {  // `pool` one-byte codes, in arrays typed as halves (rounded up)
+      bench::CheckOk(in->k_pool.Allocate((pool + 1) / 2), "in->k_pool.Allocate");
+      bench::CheckOk(in->v_pool.Allocate((pool + 1) / 2), "in->v_pool.Allocate");
+      FillRandomE4M3(in->k_pool.get(), pool, 1000 + 2 * k);
+      FillRandomE4M3(in->v_pool.get(), pool, 1001 + 2 * k);
+      bench::CheckOk(in->kv_scales.Upload(std::vector<float>(2 * s.kv_heads, 1.0f)),
+                     "in->kv_scales.Upload");
+    } else {
+      bench::CheckOk(in->k_pool.Allocate(pool), "in->k_pool.Allocate");
+      bench::CheckOk(in->v_pool.Allocate(pool), "in->v_pool.Allocate");
+      FillRandom(in->k_pool.get(), pool, 1000 + 2 * k);
+      FillRandom(in->v_pool.get(), pool, 1001 + 2 * k);
+    }
     const std::size_t qn = static_cast<std::size_t>(s.batch) * s.q_heads * s.head_dim;
     const std::size_t kvn = static_cast<std::size_t>(s.batch) * s.kv_heads * s.head_dim;
     bench::CheckOk(in->q.Allocate(qn), "in->q.Allocate");
@@ -171,12 +211,102 @@ Fixture& FixtureFor(const BenchShape& s) {
       }
     }
     bench::CheckOk(in->tables.Upload(tables), "in->tables.Upload");
+    in->host_tables = tables;
+    in->host_lengths = lengths;
     bench::CheckOk(in->lengths.Upload(lengths), "in->lengths.Upload");
     bench::CheckOk(in->layers.Upload(std::vector<std::int32_t>(s.batch, 0)), "in->layers.Upload");
     f.sets.push_back(std::move(in));
   }
   bench::Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return f;
+}
+
+// What each benchmark checks before it times: set 0's output of the run just made (outputs
+// poisoned before it) against the CPU reference in FP64 over the pools as that run left them
+// (the new token appended, where the shape appends), on the batch's first and last rows (the
+// skewed batch's long row and a short one). Exits (status 1) naming the benchmark on a mismatch:
+// max |out - ref| > 2e-3 or relative L2 > 1e-3 (N(0,1) q, K/V N(0,1) or E4M3 codes below 2).
+void CheckAgainstReferenceOrExit(const BenchShape& s, const ModelShape& m, const InputSet& in,
+                                 std::string_view variant) {
+  std::vector<int> rows = {0};
+  if (s.batch > 1) rows.push_back(s.batch - 1);
+  const int eb = s.fp8 ? 1 : 2;  // bytes per K/V element
+  const std::int64_t block_elems = static_cast<std::int64_t>(s.kv_heads) * s.block_size * s.head_dim;
+  const std::size_t qrow = static_cast<std::size_t>(s.q_heads) * s.head_dim;
+  // The checked rows' blocks, copied into a compact host pool (block ids renumbered).
+  std::vector<std::uint8_t> k_bytes, v_bytes;
+  std::vector<std::int32_t> tables(rows.size() * in.max_blocks, -1), lengths, layers(rows.size(), 0);
+  std::vector<Half> q(rows.size() * qrow), got(rows.size() * qrow), out(rows.size() * qrow);
+  int next_block = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int r = rows[i];
+    lengths.push_back(in.host_lengths[r]);
+    const int nb = (in.host_lengths[r] + s.block_size - 1) / s.block_size;
+    for (int j = 0; j < nb; ++j) {
+      const std::int64_t id = in.host_tables[static_cast<std::size_t>(r) * in.max_blocks + j];
+      const std::size_t bytes = static_cast<std::size_t>(block_elems) * eb;
+      k_bytes.resize(k_bytes.size() + bytes);
+      v_bytes.resize(v_bytes.size() + bytes);
+      const char* kd = reinterpret_cast<const char*>(in.k_pool.get()) + id * bytes;
+      const char* vd = reinterpret_cast<const char*>(in.v_pool.get()) + id * bytes;
+      bench::Check(cudaMemcpy(k_bytes.data() + next_block * bytes, kd, bytes, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy K block");
+      bench::Check(cudaMemcpy(v_bytes.data() + next_block * bytes, vd, bytes, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy V block");
+      tables[i * in.max_blocks + j] = next_block++;
+    }
+    bench::Check(cudaMemcpy(q.data() + i * qrow, in.q.get() + r * qrow, qrow * sizeof(Half),
+                            cudaMemcpyDeviceToHost), "cudaMemcpy q row");
+    bench::Check(cudaMemcpy(got.data() + i * qrow, in.out.get() + r * qrow, qrow * sizeof(Half),
+                            cudaMemcpyDeviceToHost), "cudaMemcpy out row");
+  }
+  KvPoolView pools;
+  pools.k = reinterpret_cast<Half*>(k_bytes.data());
+  pools.v = reinterpret_cast<Half*>(v_bytes.data());
+  pools.num_layers = 1;
+  pools.num_blocks = next_block;
+  pools.num_kv_heads = s.kv_heads;
+  pools.block_size = s.block_size;
+  pools.head_dim = s.head_dim;
+  DecodeBatchView batch;
+  batch.capacity = static_cast<int>(rows.size());
+  batch.num_q_heads = s.q_heads;
+  batch.max_blocks_per_seq = in.max_blocks;
+  batch.kv_lengths = lengths.data();
+  batch.layers = layers.data();
+  batch.block_tables = tables.data();
+  batch.q = q.data();
+  batch.out = out.data();
+  batch.scale = m.scale();
+  std::vector<float> ref(out.size());
+  if (s.fp8) {
+    const std::vector<float> ones(2 * static_cast<std::size_t>(s.kv_heads), 1.0f);
+    Fp8KvPoolView fp8;
+    fp8.geometry = pools;
+    fp8.k = k_bytes.data();
+    fp8.v = v_bytes.data();
+    fp8.scales = ones.data();
+    ReferenceDecode(batch, fp8, ReferencePrecision::kFloat64, ref.data());
+  } else {
+    ReferenceDecode(batch, pools, ReferencePrecision::kFloat64, ref.data());
+  }
+  double max_abs = 0, diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(HalfToFloat(got[i])) - ref[i];
+    max_abs = std::isfinite(d) ? std::max(max_abs, std::abs(d)) : INFINITY;
+    diff2 += d * d;
+    ref2 += static_cast<double>(ref[i]) * ref[i];
+  }
+  const double rel_l2 = std::sqrt(diff2 / std::max(ref2, 1e-30));
+  if (!(max_abs <= 2e-3) || !(rel_l2 <= 1e-3)) {
+    std::fprintf(stderr,
+                 "kernels_decode_bench: %s/%.*s: output differs from the FP64 reference "
+                 "(rows 0 and %d): max |out - ref| %.3g (limit 2e-3), relative L2 %.3g (limit "
+                 "1e-3)\n",
+                 s.name, static_cast<int>(variant.size()), variant.data(), s.batch - 1, max_abs,
+                 rel_l2);
+    std::exit(1);
+  }
 }
 
 void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant* v) {
@@ -210,6 +340,7 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
     p.num_kv_heads = s->kv_heads;
     p.block_size = s->block_size;
     p.head_dim = s->head_dim;
+    p.scales = s->fp8 ? in.kv_scales.get() : nullptr;
     DecodeBatchView b;
     b.capacity = s->batch;
     b.num_q_heads = s->q_heads;
@@ -230,10 +361,14 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   bench::Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   const DecodeRunContext context{stream, cublas};
   {
-    // One eager run before capture: module loading and cuBLAS's kernel choice stay out of it.
+    // One eager run before capture: module loading and cuBLAS's kernel choice stay out of it;
+    // its output (poisoned first) is checked against the reference.
     const auto [pools, batch] = views(*f.sets[0]);
+    bench::Check(cudaMemset(f.sets[0]->out.get(), 0xFF, f.sets[0]->out.size() * sizeof(Half)),
+                 "cudaMemset out");
     bench::CheckOk(v->run(plan, batch, pools, ws, context), "warm-up run");
     bench::Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    CheckAgainstReferenceOrExit(*s, m, *f.sets[0], v->name);
   }
   cudaGraph_t graph;
   cudaGraphExec_t exec;
@@ -272,7 +407,8 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   state.counters["d2d_copy_TBps"] = ceil.copy_tbps;
   state.counters["bytes"] = bytes;
   state.counters["rotation_sets"] = n_sets;
-  state.SetLabel(std::string(v->name) + (s->with_append ? " append+decode" : " decode") +
+  state.SetLabel(std::string(v->name) + (s->fp8 ? " fp8" : "") +
+                 (s->with_append ? " append+decode" : " decode") +
                  (s->first_context > 0 ? " (ragged: row 0 at " + std::to_string(s->first_context) +
                                              ", the rest at " + std::to_string(s->context) + ")"
                                        : std::string()));

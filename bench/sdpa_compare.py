@@ -42,6 +42,11 @@ SHAPES = [
     ("b128_h32_t1024", 128, 32, 32, 1024, 128, None),
     ("skew_b32_h32_1x32768_31x512", 32, 32, 32, 512, 128, 32768),
 ]
+# attnrt's FP8 E4M3 cache rows (issue 13): each is timed against FP16 SDPA on the shape without
+# the suffix, timed once in this run.
+FP8_SUFFIX = "_fp8"
+FP8_SHAPES = ["mha_b32_h32_t4096_bs16", "b1_h32_t4096", "b1_h32_t65536", "gqa32_8_b32_t4096",
+              "gqa64_8_b32_t4096", "b32_h8_t128_d64_append"]
 PADDED_NOTE = ("SDPA on the padded work: K/V padded to {t} tokens for all {b} sequences with a "
                "boolean length mask; attnrt on the ragged paged batch (row 0 at {first}, the rest "
                "at {short})")
@@ -220,6 +225,11 @@ def main():
                 row.update(first_T=first, note=PADDED_NOTE.format(t=max(t, first), b=b,
                                                                   first=first, short=t))
             result["shapes"][name] = row
+        for base in FP8_SHAPES:
+            if base in result["shapes"]:
+                result["shapes"][base + FP8_SUFFIX] = dict(
+                    result["shapes"][base],
+                    note=f"FP16 SDPA on {base} (the same run); attnrt reads an FP8 E4M3 cache")
 
     print(f"device: {result['device']}  torch {result['torch']}  "
           f"read ceiling {result['read_ceiling_TBps']:.3f} TB/s")
