@@ -36,6 +36,7 @@
 
 #include <attnrt/half.h>
 #include <attnrt/status.h>
+#include "api/internal/fp8_e4m3.h"
 #include "examples/tcp_protocol.h"
 #include "tools/flags.h"
 #include "tools/percentile.h"
@@ -316,6 +317,15 @@ int CheckMalformed(asio::io_context& io, const LoadOptions& o, const attnrt::Mod
 
 // --- the load --------------------------------------------------------------------------------
 
+// What the server's cache holds for an input value: the value (fp16), or its E4M3 code read
+// back (fp8_e4m3; serve_tcp uses the default scales, 1.0). The reference runs over these.
+float Stored(const attnrt::ModelShape& s, Half h) {
+  const float x = attnrt::HalfToFloat(h);
+  return s.kv_cache_type == attnrt::KvCacheType::kFp8E4M3
+             ? attnrt::DequantizeE4M3(attnrt::QuantizeE4M3(x, 1.0f), 1.0f)
+             : x;
+}
+
 // Dense FP64 decode attention over the first `tokens` mirrored tokens; max |out - ref|.
 double MaxError(const attnrt::ModelShape& s, const std::vector<float>& mk,
                 const std::vector<float>& mv, std::size_t tokens, const Half* q,
@@ -411,8 +421,8 @@ class LoadConnection {
                                                            ": " + st.message());
         Stream stream{id, layer, context, {}, {}, false};
         if (run_->options->verify) {
-          for (Half h : k) stream.k.push_back(attnrt::HalfToFloat(h));
-          for (Half h : v) stream.v.push_back(attnrt::HalfToFloat(h));
+          for (Half h : k) stream.k.push_back(Stored(run_->shape, h));
+          for (Half h : v) stream.v.push_back(Stored(run_->shape, h));
         }
         streams_.push_back(std::move(stream));
       }
@@ -496,8 +506,8 @@ class LoadConnection {
         {v, kv_elems_}));
     ++stream.tokens;
     if (run_->options->verify) {
-      for (std::size_t i = 0; i < kv_elems_; ++i) stream.k.push_back(attnrt::HalfToFloat(k[i]));
-      for (std::size_t i = 0; i < kv_elems_; ++i) stream.v.push_back(attnrt::HalfToFloat(v[i]));
+      for (std::size_t i = 0; i < kv_elems_; ++i) stream.k.push_back(Stored(run_->shape, k[i]));
+      for (std::size_t i = 0; i < kv_elems_; ++i) stream.v.push_back(Stored(run_->shape, v[i]));
     }
     pending_.emplace(id, Pending{intended, pick, static_cast<std::size_t>(stream.tokens), offset});
     ++run_->sent;
@@ -710,9 +720,10 @@ int main(int argc, char** argv) {
   }
   const attnrt::ModelShape& shape = info.shape;
   std::printf("loadgen_tcp: connected to %s:%d (%s); shape %d layers, H=%d, Hkv=%d, D=%d, "
-              "block %d, max context %d\n",
+              "block %d, max context %d, kv cache %s\n",
               o.host.c_str(), o.port, info.device.c_str(), shape.num_layers, shape.num_q_heads,
-              shape.num_kv_heads, shape.head_dim, shape.block_size, shape.max_context);
+              shape.num_kv_heads, shape.head_dim, shape.block_size, shape.max_context,
+              std::string(attnrt::KvCacheTypeName(shape.kv_cache_type)).c_str());
 
   bool ok = true;
   if (o.check_malformed && CheckMalformed(io, o, shape) != 0) ok = false;

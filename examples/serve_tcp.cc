@@ -113,6 +113,7 @@ struct ServerOptions {
   int window_us = 100;
   int max_batch = 64;
   int kv_cache_mb = 0;
+  attnrt::KvCacheType kv_cache_type = attnrt::KvCacheType::kFp16;
   int max_seconds = 0;
   int max_connections = 256;
   int max_pending_mb = 128;
@@ -126,6 +127,7 @@ struct ServerOptions {
 // Parses the flags into *o; returns FlagSet::kContinue or the exit code.
 int ParseArgs(int argc, char** argv, ServerOptions* o) {
   std::string device = "auto";
+  std::string kv_cache_type = "fp16";
   attnrt::tools::FlagSet flags(
       "serve_tcp",
       "serve_tcp: the attnrt runtime behind a TCP server (Boost.Asio). Protocol: little-endian\n"
@@ -148,6 +150,9 @@ int ParseArgs(int argc, char** argv, ServerOptions* o) {
   flags.Int("--max-batch", &o->max_batch, "max batch size", 1, 1 << 16);
   flags.Int("--kv-cache-mb", &o->kv_cache_mb, "KV cache size in MiB (0: runtime default)", 0,
             1 << 24);
+  flags.Choice("--kv-cache-type", &kv_cache_type, {"fp16", "fp8_e4m3"},
+               "how the KV cache stores K and V: fp16, or fp8_e4m3 (one byte an element, scales "
+               "1.0: twice the sequences, an approximate cache; see attnrt::KvCacheType)");
   flags.Int("--max-seconds", &o->max_seconds,
             "exit after N seconds (0: run until Shutdown, SIGINT, SIGTERM)");
   flags.Int("--max-connections", &o->max_connections,
@@ -173,6 +178,7 @@ int ParseArgs(int argc, char** argv, ServerOptions* o) {
             "a free one (printed); -1: off", -1, 65535);
   const int rc = flags.Parse(argc, argv);
   o->device = attnrt::tools::ToDeviceKind(device);
+  attnrt::ParseKvCacheType(kv_cache_type, &o->kv_cache_type);  // a Choice: always one of them
   return rc;
 }
 
@@ -1013,6 +1019,7 @@ int main(int argc, char** argv) {
   ro.shape.head_dim = o.head_dim;
   ro.shape.block_size = o.block_size;
   ro.shape.max_context = o.max_context;
+  ro.shape.kv_cache_type = o.kv_cache_type;
   ro.device = o.device;
   ro.max_batch_size = o.max_batch;
   ro.max_queue_delay = std::chrono::microseconds(o.window_us);
@@ -1052,10 +1059,11 @@ int main(int argc, char** argv) {
     const tcp::endpoint local = acceptor.local_endpoint(ec);
     const attnrt::ModelShape& s = runtime->shape();
     std::printf("serve_tcp: listening on %s:%u (%s); shape %d layers, H=%d, Hkv=%d, D=%d, "
-                "block %d, max context %d\n",
+                "block %d, max context %d, kv cache %s\n",
                 local.address().to_string().c_str(), static_cast<unsigned>(local.port()),
                 runtime->device_description().c_str(), s.num_layers, s.num_q_heads,
-                s.num_kv_heads, s.head_dim, s.block_size, s.max_context);
+                s.num_kv_heads, s.head_dim, s.block_size, s.max_context,
+                std::string(attnrt::KvCacheTypeName(s.kv_cache_type)).c_str());
     std::printf("serve_tcp: limits: largest request payload %u bytes, %d MiB for partially "
                 "received payloads, %d connections, reply backlog %d KiB per connection\n",
                 attnrt::tcp::LargestRequestPayloadBytes(s), o.max_pending_mb, o.max_connections,

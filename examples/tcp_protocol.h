@@ -26,8 +26,11 @@
 //   0x83 DecodeResult  u32 code, u32 message_bytes, message, u32 output_elems,
 //                      output [H][D] FP16 (output_elems = H*D when code is 0, else 0)
 //   0x84 InfoResult    i32 num_layers, num_q_heads, num_kv_heads, head_dim, block_size,
-//                      max_context, u32 max_payload_bytes, u32 device_bytes, device (UTF-8);
-//                      max_payload_bytes is the largest request payload the server accepts
+//                      max_context, u32 max_payload_bytes, u32 device_bytes, device (UTF-8),
+//                      [u32 kv_cache_type]; max_payload_bytes is the largest request payload
+//                      the server accepts; kv_cache_type (attnrt::KvCacheType: 1 = fp8_e4m3,
+//                      with the default scales 1.0) is present only when it is not fp16 (0), so
+//                      an FP16 server's InfoResult is the same bytes as before it existed
 // `code` is attnrt::StatusCode (0 = OK, 1 = InvalidArgument, ... 10 = Unimplemented); the
 // message names the offending field and value, like every attnrt Status.
 //
@@ -426,6 +429,7 @@ inline std::vector<std::uint8_t> EncodeInfoResult(std::uint64_t request_id,
       static_cast<std::uint32_t>(std::min<std::size_t>(info.device.size(), kMaxMessageBytes));
   w.U32(n);
   w.Raw(info.device.data(), n);
+  if (s.kv_cache_type != KvCacheType::kFp16) w.U32(static_cast<std::uint32_t>(s.kv_cache_type));
   FinishFrame(&frame);
   return frame;
 }
@@ -461,9 +465,22 @@ inline Status ParseInfoResult(std::span<const std::uint8_t> payload, InfoMessage
   if (!r.I32(&s.num_layers) || !r.I32(&s.num_q_heads) || !r.I32(&s.num_kv_heads) ||
       !r.I32(&s.head_dim) || !r.I32(&s.block_size) || !r.I32(&s.max_context) ||
       !r.U32(&info->max_payload_bytes) || !r.U32(&n) || n > kMaxMessageBytes ||
-      !r.String(n, &info->device) || r.remaining() != 0) {
+      !r.String(n, &info->device)) {
     return InvalidArgumentError("InfoResult payload_bytes = " + std::to_string(payload.size()) +
                                 " does not hold a shape and device name");
+  }
+  s.kv_cache_type = KvCacheType::kFp16;
+  if (r.remaining() != 0) {
+    std::uint32_t type = 0;
+    // Present only for a cache type other than fp16 (one encoding per message).
+    if (!r.U32(&type) || r.remaining() != 0 ||
+        type != static_cast<std::uint32_t>(KvCacheType::kFp8E4M3)) {
+      return InvalidArgumentError("InfoResult payload_bytes = " +
+                                  std::to_string(payload.size()) +
+                                  " does not end with a kv_cache_type other than fp16 (1) "
+                                  "after the device name");
+    }
+    s.kv_cache_type = KvCacheType::kFp8E4M3;
   }
   return s.Validate();
 }

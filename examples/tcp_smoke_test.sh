@@ -2,15 +2,17 @@
 # TCP smoke test (ctest example_tcp_smoke): serve_tcp on 127.0.0.1 (CPU executor, free port), then
 # loadgen_tcp checks malformed frames, runs ~1 s of verified pipelined load and sends Shutdown;
 # the server must exit 0 on its own. Loopback only; bounded in time; fails if anything failed.
-# Usage: tcp_smoke_test.sh SERVE_TCP LOADGEN_TCP
+# Usage: tcp_smoke_test.sh SERVE_TCP LOADGEN_TCP [KV_CACHE_TYPE]   (fp16, the default, or fp8_e4m3:
+# the server's --kv-cache-type; loadgen learns it from Info and verifies against the codes)
 set -u
-case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-if [ $# -ne 2 ]; then
-  echo "usage: tcp_smoke_test.sh SERVE_TCP LOADGEN_TCP (see --help)" >&2
+case "${1:-}" in -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+if [ $# -ne 2 ] && [ $# -ne 3 ]; then
+  echo "usage: tcp_smoke_test.sh SERVE_TCP LOADGEN_TCP [KV_CACHE_TYPE] (see --help)" >&2
   exit 2
 fi
 serve=$1
 loadgen=$2
+kv_cache_type=${3:-fp16}
 dir=$(mktemp -d)
 server_pid=
 cleanup() {
@@ -27,7 +29,7 @@ fail() {
 
 "$serve" --device cpu --bind 127.0.0.1 --port 0 --max-seconds 60 --layers 2 --heads 8 \
   --kv-heads 2 --head-dim 64 --block-size 16 --max-context 512 --window-us 200 \
-  > "$dir/server.log" 2>&1 &
+  --kv-cache-type "$kv_cache_type" > "$dir/server.log" 2>&1 &
 server_pid=$!
 
 # The banner names the port; allow 20 s for the runtime to start.
@@ -41,6 +43,7 @@ while [ $i -lt 200 ]; do
   i=$((i + 1))
 done
 [ -n "$port" ] || fail "no banner from serve_tcp within 20 s"
+grep -q "kv cache $kv_cache_type\$" "$dir/server.log" || fail "the banner does not say kv cache $kv_cache_type"
 echo "tcp_smoke_test: serve_tcp on 127.0.0.1:$port"
 
 "$loadgen" --host 127.0.0.1 --port "$port" --check-malformed --verify --rate 300 --duration 1 \
