@@ -38,6 +38,7 @@
 #include <attnrt/status.h>
 #include "api/internal/fp8_e4m3.h"
 #include "examples/tcp_protocol.h"
+#include "tools/dense_reference.h"
 #include "tools/flags.h"
 #include "tools/percentile.h"
 #include "tools/progress.h"
@@ -326,34 +327,6 @@ float Stored(const attnrt::ModelShape& s, Half h) {
              : x;
 }
 
-// Dense FP64 decode attention over the first `tokens` mirrored tokens; max |out - ref|.
-double MaxError(const attnrt::ModelShape& s, const std::vector<float>& mk,
-                const std::vector<float>& mv, std::size_t tokens, const Half* q,
-                const std::vector<Half>& out) {
-  const int d = s.head_dim, hkv = s.num_kv_heads, g = s.group_size();
-  if (out.size() != static_cast<std::size_t>(s.num_q_heads) * d) return INFINITY;
-  double worst = 0.0;
-  std::vector<double> scores(tokens);
-  for (int h = 0; h < s.num_q_heads; ++h) {
-    const int kvh = h / g;
-    double mx = -1e300;
-    for (std::size_t t = 0; t < tokens; ++t) {
-      double dot = 0.0;
-      const float* kr = &mk[(t * hkv + kvh) * d];
-      for (int i = 0; i < d; ++i) dot += double(attnrt::HalfToFloat(q[h * d + i])) * kr[i];
-      scores[t] = dot * s.scale();
-      mx = std::max(mx, scores[t]);
-    }
-    double sum = 0.0;
-    for (double& x : scores) sum += (x = std::exp(x - mx));
-    for (int i = 0; i < d; ++i) {
-      double acc = 0.0;
-      for (std::size_t t = 0; t < tokens; ++t) acc += scores[t] * mv[(t * hkv + kvh) * d + i];
-      worst = std::max(worst, std::abs(acc / sum - attnrt::HalfToFloat(out[h * d + i])));
-    }
-  }
-  return worst;
-}
 
 // What all connections share. Thread safety: atomics only, plus `connections_done` (set once).
 struct LoadRun {
@@ -604,7 +577,8 @@ class LoadConnection {
       ++run_->completed;
       if (run_->options->verify && !streams_[p.stream].poisoned) {
         const Stream& s = streams_[p.stream];
-        const double err = MaxError(run_->shape, s.k, s.v, p.tokens, &pool_[p.q_offset], output_);
+        const double err = attnrt::tools::MaxDecodeError(run_->shape, s.k.data(), s.v.data(),
+                                                          p.tokens, &pool_[p.q_offset], output_);
         max_error_ = std::max(max_error_, err);
         if (!(err <= kTolerance) && run_->verify_failures++ < 5) {
           std::fprintf(stderr,

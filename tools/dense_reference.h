@@ -1,5 +1,5 @@
-// The dense FP64 decode-attention reference the self-checking programs (demo, attnrt-check)
-// compare the runtime's outputs with: a host mirror of one (sequence, layer) of the cache, and
+// The dense FP64 decode-attention reference the self-checking programs (demo, attnrt-check,
+// attnrt-loadgen --verify) compare the runtime's outputs with: a host mirror of one (sequence, layer) of the cache, and
 // the largest deviation of one request's output from attention over that mirror. Public API
 // only (attnrt/half.h, attnrt/config.h).
 #pragma once
@@ -34,12 +34,15 @@ inline std::vector<Half> NormalHalves(std::mt19937& rng, std::size_t n) {
   return out;
 }
 
-// Dense FP64 decode attention of `q` (H x D) over `m`; returns max |out - ref| over all heads,
-// infinity when any output is not finite.
-inline double MaxDecodeError(const ModelShape& s, const KvMirror& m, const std::vector<Half>& q,
-                             const std::vector<Half>& out) {
+// Dense FP64 decode attention of `q` (H x D) over the first `tokens` tokens of `k` and `v`
+// ([tokens][Hkv][D], as the cache holds them); returns max |out - ref| over all heads, infinity
+// when `out` is not H x D or any output is not finite.
+inline double MaxDecodeError(const ModelShape& s, const float* k, const float* v,
+                             std::size_t tokens, const Half* q, const std::vector<Half>& out) {
   const int d = s.head_dim, hkv = s.num_kv_heads, g = s.group_size();
-  const std::size_t tokens = m.k.size() / (static_cast<std::size_t>(hkv) * d);
+  if (out.size() != static_cast<std::size_t>(s.num_q_heads) * d) {
+    return std::numeric_limits<double>::infinity();
+  }
   double worst = 0.0;
   std::vector<double> scores(tokens);
   for (int h = 0; h < s.num_q_heads; ++h) {
@@ -47,7 +50,7 @@ inline double MaxDecodeError(const ModelShape& s, const KvMirror& m, const std::
     double mx = -1e300;
     for (std::size_t t = 0; t < tokens; ++t) {
       double dot = 0.0;
-      const float* kr = &m.k[(t * hkv + kvh) * d];
+      const float* kr = &k[(t * hkv + kvh) * d];
       for (int i = 0; i < d; ++i) dot += HalfToFloat(q[h * d + i]) * double(kr[i]);
       scores[t] = dot * s.scale();
       mx = std::max(mx, scores[t]);
@@ -56,7 +59,7 @@ inline double MaxDecodeError(const ModelShape& s, const KvMirror& m, const std::
     for (double& x : scores) sum += (x = std::exp(x - mx));
     for (int i = 0; i < d; ++i) {
       double acc = 0.0;
-      for (std::size_t t = 0; t < tokens; ++t) acc += scores[t] * m.v[(t * hkv + kvh) * d + i];
+      for (std::size_t t = 0; t < tokens; ++t) acc += scores[t] * v[(t * hkv + kvh) * d + i];
       const double error = std::abs(acc / sum - HalfToFloat(out[h * d + i]));
       // A NaN output must fail the check: std::max would drop a NaN error.
       if (!std::isfinite(error)) return std::numeric_limits<double>::infinity();
@@ -64,6 +67,12 @@ inline double MaxDecodeError(const ModelShape& s, const KvMirror& m, const std::
     }
   }
   return worst;
+}
+// Over every token of the mirror `m`.
+inline double MaxDecodeError(const ModelShape& s, const KvMirror& m, const std::vector<Half>& q,
+                             const std::vector<Half>& out) {
+  const std::size_t tokens = m.k.size() / (static_cast<std::size_t>(s.num_kv_heads) * s.head_dim);
+  return MaxDecodeError(s, m.k.data(), m.v.data(), tokens, q.data(), out);
 }
 
 }  // namespace attnrt::tools
