@@ -10,16 +10,14 @@
 // Issue 17: the warps' merge and the output-or-partial store are attention_merge.cuh's (the PTX
 // differs only in the order of independent instructions; main loop untouched); the plan (kernel,
 // grid, splits from the plan's device) is made once by PlanSplitKv (split_kv_launch.cu).
-#include <cuda_fp8.h>
-
 #include <cstdint>
 #include <string>
 
-#include "api/internal/fp8_e4m3.h"
 #include "kernels/attention_merge.cuh"
 #include "api/internal/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
+#include "kernels/fp8_device.cuh"
 
 namespace attnrt::kernels {
 namespace {
@@ -45,37 +43,6 @@ constexpr int TcWarpSmemBytes() {
 template <int kHeadDim, int kWarps, bool kFp8 = false>
 constexpr int TcSmemBytes() {
   return kWarps * TcWarpSmemBytes<kHeadDim, kFp8>();
-}
-
-// 16 E4M3 codes (one 16-byte vector, element e in byte e) to 16 FP16 values: elements 0-7 in
-// `lo`, 8-15 in `hi`. Exact: every E4M3 value is an FP16 value (cvt.rn.f16x2.e4m3x2).
-__device__ __forceinline__ void E4M3x16ToHalf(const uint4& codes, uint4& lo, uint4& hi) {
-  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  std::uint32_t h[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(
-        static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), __NV_E4M3);
-    const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(
-        static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3);
-    h[2 * i] = static_cast<std::uint32_t>(a.x) | (static_cast<std::uint32_t>(a.y) << 16);
-    h[2 * i + 1] = static_cast<std::uint32_t>(b.x) | (static_cast<std::uint32_t>(b.y) << 16);
-  }
-  lo = make_uint4(h[0], h[1], h[2], h[3]);
-  hi = make_uint4(h[4], h[5], h[6], h[7]);
-}
-// 16 FP16 values (two 16-byte vectors) to 16 E4M3 codes under `scale` (the cache's rule,
-// api/internal/fp8_e4m3.h: the host's codec, so both sides store the same bytes).
-__device__ __forceinline__ uint4 QuantizeHalf16(const uint4& lo, const uint4& hi, float scale) {
-  const __half* a = reinterpret_cast<const __half*>(&lo);
-  const __half* b = reinterpret_cast<const __half*>(&hi);
-  std::uint32_t w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int e = 0; e < 16; ++e) {
-    const float x = __half2float(e < 8 ? a[e] : b[e - 8]);
-    w[e / 4] |= static_cast<std::uint32_t>(QuantizeE4M3(x, scale)) << (8 * (e % 4));
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ void LdMatrixX4(const void* smem, std::uint32_t (&r)[4]) {
