@@ -28,6 +28,7 @@
 #include <attnrt/config.h>
 #include <attnrt/half.h>
 #include <attnrt/status.h>
+#include "api/internal/fp8_e4m3.h"
 #include "kernels/decode.h"
 #include "kernels/views.h"
 #include "tools/percentile.h"
@@ -178,7 +179,9 @@ __global__ void FillNormalKernel(T* out, std::int64_t n, std::uint64_t seed, flo
     const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
     const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
     const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2) * scale;
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(T) == 1) {
+      out[i] = QuantizeE4M3(z, 1.0f);  // an E4M3 code (scale 1.0)
+    } else if constexpr (sizeof(T) == 2) {
       out[i] = __float2half_rn(z);
     } else {
       out[i] = z;
@@ -207,6 +210,7 @@ struct DeviceDecodeBatch {
   Half* q = nullptr;
   Half* out = nullptr;
   float* lse = nullptr;
+  float* d_scales = nullptr;  // FP8 cache: K's then V's scale per kv head (1.0)
   kernels::KvPoolView pools{};
   kernels::DecodeBatchView batch{};
 
@@ -249,8 +253,17 @@ struct DeviceDecodeBatch {
     Check(cudaMemcpy(d_lengths, kv_lengths.data(), capacity * 4, cudaMemcpyHostToDevice), "copy");
     Check(cudaMemcpy(d_layers, layers.data(), capacity * 4, cudaMemcpyHostToDevice), "copy");
     Check(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice), "copy");
-    FillNormal(static_cast<__half*>(k_pool), pool_elems, seed * 3 + 0, stream);
-    FillNormal(static_cast<__half*>(v_pool), pool_elems, seed * 3 + 1, stream);
+    if (fp8()) {  // one E4M3 code per element, scales 1.0
+      FillNormal(static_cast<std::uint8_t*>(k_pool), pool_elems, seed * 3 + 0, stream);
+      FillNormal(static_cast<std::uint8_t*>(v_pool), pool_elems, seed * 3 + 1, stream);
+      const std::vector<float> ones(2 * s.num_kv_heads, 1.0f);
+      Check(cudaMalloc(&d_scales, ones.size() * sizeof(float)), "malloc scales");
+      Check(cudaMemcpy(d_scales, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice),
+            "copy");
+    } else {
+      FillNormal(static_cast<__half*>(k_pool), pool_elems, seed * 3 + 0, stream);
+      FillNormal(static_cast<__half*>(v_pool), pool_elems, seed * 3 + 1, stream);
+    }
     FillNormal(reinterpret_cast<__half*>(q), q_elems, seed * 3 + 2, stream);
     Check(cudaStreamSynchronize(stream), "sync");
 
@@ -261,6 +274,7 @@ struct DeviceDecodeBatch {
     pools.num_kv_heads = s.num_kv_heads;
     pools.block_size = bs;
     pools.head_dim = s.head_dim;
+    pools.scales = d_scales;
     batch.capacity = capacity;
     batch.num_q_heads = s.num_q_heads;
     batch.max_blocks_per_seq = max_blocks;
@@ -277,18 +291,19 @@ struct DeviceDecodeBatch {
   ~DeviceDecodeBatch() {
     for (void* p : {k_pool, v_pool, static_cast<void*>(d_lengths), static_cast<void*>(d_layers),
                     static_cast<void*>(d_tables), static_cast<void*>(q), static_cast<void*>(out),
-                    static_cast<void*>(lse)}) {
+                    static_cast<void*>(lse), static_cast<void*>(d_scales)}) {
       cudaFree(p);
     }
   }
   DeviceDecodeBatch(const DeviceDecodeBatch&) = delete;
   DeviceDecodeBatch& operator=(const DeviceDecodeBatch&) = delete;
 
+  bool fp8() const { return shape.kv_cache_type == KvCacheType::kFp8E4M3; }
   // Bytes of K and V the live rows attend (each read once: the fused kernel's floor).
   double kv_bytes() const {
     double tokens = 0;
     for (int len : kv_lengths) tokens += len;
-    return tokens * shape.num_kv_heads * shape.head_dim * 2.0 * 2.0;
+    return tokens * shape.num_kv_heads * shape.head_dim * 2.0 * (fp8() ? 1.0 : 2.0);
   }
 };
 

@@ -63,21 +63,22 @@ std::vector<int> Contexts(bool quick) {
   return quick ? std::vector<int>{512, 8192} : std::vector<int>{256, 1024, 4096, 16384, 65536};
 }
 
-std::vector<SplitKvLaunchConfig> Configs(int head_dim) {
+std::vector<SplitKvLaunchConfig> Configs(int head_dim, KvCacheType kv_cache_type) {
   std::vector<SplitKvLaunchConfig> out;
   for (int warps : {2, 4, 8}) {
     for (int ctas : {0, 1, 2, 4, 8, 16}) {
       for (int min_split : {128, 256, 512, 1024}) {
         const SplitKvLaunchConfig c{warps, ctas, min_split};
-        if (kernels::CheckLaunchConfig(kTc, c, head_dim).ok()) out.push_back(c);
+        if (kernels::CheckLaunchConfig(kTc, c, head_dim, kv_cache_type).ok()) out.push_back(c);
       }
     }
   }
   return out;
 }
 
-ModelShape ShapeOf(const Family& f) {
+ModelShape ShapeOf(const Family& f, KvCacheType kv_cache_type) {
   ModelShape s;
+  s.kv_cache_type = kv_cache_type;  // FP8: scales 1.0 (DeviceDecodeBatch)
   s.num_layers = 1;
   s.num_q_heads = f.q_heads;
   s.num_kv_heads = f.kv_heads;
@@ -159,7 +160,7 @@ struct Pick {
 };
 
 int Run(int argc, char** argv) {
-  std::string table_out, json_out, commit;
+  std::string table_out, json_out, commit, cache_type = "fp16";
   bool quick = false;
   tools::FlagSet flags(
       "kernels_launch_sweep_bench",
@@ -170,7 +171,12 @@ int Run(int argc, char** argv) {
   flags.String("--json-out", &json_out, "write every timing and pick here as JSON");
   flags.String("--commit", &commit, "commit recorded in the outputs (the device copy has no .git)");
   flags.Bool("--quick", &quick, "two small families and two contexts (a smoke run, ~10 s)");
+  flags.Choice("--kv-cache-type", &cache_type, {"fp16", "fp8_e4m3"},
+               "KV cache the kernel reads (fp8_e4m3: its table is kernels/tc_fp8_launch_table.inc)");
   if (const int rc = flags.Parse(argc, argv); rc != tools::FlagSet::kContinue) return rc;
+  const KvCacheType kv_cache_type =
+      cache_type == "fp8_e4m3" ? KvCacheType::kFp8E4M3 : KvCacheType::kFp16;
+  const double element_bytes = kv_cache_type == KvCacheType::kFp8E4M3 ? 1.0 : 2.0;
 
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
@@ -184,8 +190,9 @@ int Run(int argc, char** argv) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s\n", prop.name, sms,
-              read_tbps, date, commit.empty() ? "unknown" : commit.c_str());
+  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s, KV cache %s\n",
+              prop.name, sms, read_tbps, date, commit.empty() ? "unknown" : commit.c_str(),
+              cache_type.c_str());
 
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -195,14 +202,15 @@ int Run(int argc, char** argv) {
   const std::vector<Family> families = Families(quick);
   for (std::size_t fi = 0; fi < families.size(); ++fi) {
     const Family& fam = families[fi];
-    const ModelShape shape = ShapeOf(fam);
+    const ModelShape shape = ShapeOf(fam, kv_cache_type);
     const int group = shape.group_size();
-    const std::vector<SplitKvLaunchConfig> configs = Configs(fam.head_dim);
+    const std::vector<SplitKvLaunchConfig> configs = Configs(fam.head_dim, kv_cache_type);
     for (int batch : fam.batches) {
       std::map<int, double> best_at;  // context -> best µs
       std::vector<std::size_t> rows_of_batch;
       for (int context : Contexts(quick)) {
-        const double kv_bytes = 2.0 * 2.0 * batch * fam.kv_heads * double(context) * fam.head_dim;
+        const double kv_bytes =
+            2.0 * element_bytes * batch * fam.kv_heads * double(context) * fam.head_dim;
         if (kv_bytes > kMaxSetBytes) continue;
         const double qo_bytes = 2.0 * 2.0 * batch * fam.q_heads * fam.head_dim;
         const int n_sets = std::clamp(static_cast<int>(std::ceil(kRotationBytes / kv_bytes)), 2,
@@ -290,10 +298,13 @@ int Run(int argc, char** argv) {
   });
   if (!table_out.empty()) {
     std::ofstream f(table_out);
-    f << "// Tuned launch configurations of the tensor-core split-KV kernel, one row per\n"
+    f << "// Tuned launch configurations of the tensor-core split-KV kernel"
+      << (kv_cache_type == KvCacheType::kFp8E4M3 ? " over an FP8 E4M3 KV cache" : "")
+      << ", one row per\n"
          "// {head_dim, group, min_work, {warps, ctas_per_sm, min_split_tokens}}: used for work\n"
          "// items (capacity * num_kv_heads) >= min_work up to the next row of the same (D, G).\n"
-         "// Written by bench/kernels_launch_sweep_bench --table-out; do not edit by hand.\n"
+         "// Written by bench/kernels_launch_sweep_bench --kv-cache-type "
+      << cache_type << " --table-out; do not edit by hand.\n"
       << "// " << prop.name << ", " << date << ", commit " << (commit.empty() ? "unknown" : commit)
       << ". Score: geometric mean over contexts of time / best time at that context.\n";
     // Boundaries halfway (geometrically) between swept work counts; a row equal to the one below
@@ -319,7 +330,8 @@ int Run(int argc, char** argv) {
     std::ofstream f(json_out);
     f << "{\n  \"device\": \"" << prop.name << "\", \"sms\": " << sms << ", \"date\": \"" << date
       << "\", \"commit\": \"" << (commit.empty() ? "unknown" : commit)
-      << "\", \"read_ceiling_tbps\": " << read_tbps << ",\n  \"timings\": [\n";
+      << "\", \"kv_cache_type\": \"" << cache_type << "\", \"read_ceiling_tbps\": " << read_tbps
+      << ",\n  \"timings\": [\n";
     for (std::size_t i = 0; i < timings.size(); ++i) {
       const Timing& t = timings[i];
       f << "    {\"head_dim\": " << t.head_dim << ", \"group\": " << t.group

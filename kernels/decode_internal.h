@@ -131,8 +131,10 @@ inline RowSplit SplitRow(int kv_length, const SplitKvPlan& plan) {
 
 // "warps=4 ctas_per_sm=0 min_split_tokens=256" (logs, reports, test names).
 std::string ToString(const SplitKvLaunchConfig& config);
-// InvalidArgument naming the field when a configuration is outside what the kernels support.
-Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim);
+// InvalidArgument naming the field when a configuration is outside what the kernels support
+// for that head dim and KV cache type.
+Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim,
+                         KvCacheType kv_cache_type = KvCacheType::kFp16);
 
 // One row of the tuned table: the configuration for a (head_dim, group) at work items
 // (capacity * num_kv_heads) >= min_work, up to the next row's min_work.
@@ -142,10 +144,14 @@ struct TunedLaunchRow {
   int min_work;
   SplitKvLaunchConfig config;
 };
-// The rows compiled in from kernels/tc_launch_table.inc (sorted by head_dim, group, min_work).
-std::span<const TunedLaunchRow> TunedLaunchTable();
-// What dispatch uses: the tensor-core family's row for (shape, capacity) from the tuned table, or
-// the default configuration where the table has none; always the default for the SIMT family.
+// The rows compiled in for a KV cache type, each sorted by (head_dim, group, min_work): FP16 from
+// kernels/tc_launch_table.inc, FP8 E4M3 from kernels/tc_fp8_launch_table.inc (each written by
+// bench/kernels_launch_sweep_bench --kv-cache-type ... --table-out).
+std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type = KvCacheType::kFp16);
+// What dispatch uses: the tensor-core family's row for (shape, capacity) from the table of the
+// shape's cache type, or the default configuration where the table has none; always the default
+// for the SIMT family. An FP8 shape whose (head_dim, group) has no FP8 row takes the FP16 row's
+// splitting with the CTA size built for FP8 (kTcFp8Warps).
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity);
 
 // Kernel arguments every paged-decode kernel takes: the pools, the batch's metadata, q, out, lse.

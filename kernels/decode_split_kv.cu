@@ -32,13 +32,11 @@ template <bool kFp8>
 constexpr int TcStages() {
   return kFp8 ? 4 : 3;
 }
-// Shared memory of one warp: its K and V rings (FP16 rows, or E4M3 codes plus the one FP16 K and
-// V tile they are converted into for ldmatrix).
+// Shared memory of one warp: its ring of K and V tiles (FP16 rows or E4M3 code rows).
 template <int kHeadDim, bool kFp8>
 constexpr int TcWarpSmemBytes() {
   constexpr int tile = kWarpTokens * kHeadDim;  // elements
-  return kFp8 ? TcStages<kFp8>() * 2 * tile + 2 * tile * static_cast<int>(sizeof(Half))
-              : TcStages<kFp8>() * 2 * tile * static_cast<int>(sizeof(Half));
+  return TcStages<kFp8>() * 2 * tile * static_cast<int>(kFp8 ? 1 : sizeof(Half));
 }
 template <int kHeadDim, int kWarps, bool kFp8 = false>
 constexpr int TcSmemBytes() {
@@ -74,10 +72,26 @@ __device__ __forceinline__ int SwizzledOffset(int r, int c) {
   return r * kHeadDim + ((c ^ (r & 7)) << 3);
 }
 
+// Byte offset of 16-byte chunk c of row r in an E4M3 code tile ([kWarpTokens][kHeadDim] bytes),
+// XOR-swizzled so that the fragment reads below (two K rows r, r+1 or four V rows 4t+i at one
+// chunk per lane) hit distinct bank groups: rows r, r^1 differ in bit 0, rows 4t differ in bits 1-2.
+template <int kHeadDim>
+__device__ __forceinline__ int Fp8TileOffset(int r, int c) {
+  constexpr int kChunks = kHeadDim / 16;
+  const int f = ((r & 1) | (((r >> 2) & 3) << 1)) & (kChunks - 1);
+  return r * kHeadDim + ((c ^ f) << 4);
+}
+
 // kWarps warps per CTA (the launch configuration study 4 sweeps): the CTA consumes
-// 16 * kWarps tokens per pipeline step. kFp8: the pools hold E4M3 codes (SplitKvParams::kv_scales);
-// each lane converts the code chunks it copied into the warp's FP16 tile, the main loop is the
-// FP16 one, K's scale multiplies the scores and V's the output.
+// 16 * kWarps tokens per pipeline step. kFp8: the pools hold E4M3 codes (SplitKvParams::kv_scales)
+// and the mma fragments are built in registers from the code tile, with no FP16 copy in shared
+// memory: two codes -> FP16x2 by the hardware converter. For that the tile is read permuted, which
+// attention allows when both sides agree: (a) along D for q.K^T (lane t of a quad owns D/4
+// consecutive bytes of a K row; Q's fragments are loaded in the same order); (b) along the tokens
+// (S's column n is token pi(n): pi(2t) = 4t, pi(2t+1) = 4t+1, pi(2t+8) = 4t+2, pi(2t+9) = 4t+3, so
+// P's fragment of lane t covers tokens 4t..4t+3, the four V rows it reads); (c) along D for p.V
+// (lane g owns D/8 consecutive bytes of each V row, O^T row g of m-tile mt is d = g*D/8 + 2mt,
+// row g+8 is d + 1; the store undoes it). K's scale multiplies the scores, V's the output.
 template <int kHeadDim, int kWarps, bool kFp8 = false>
 __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParams p) {
   constexpr int kTcStages = TcStages<kFp8>();
@@ -123,10 +137,9 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   const std::int32_t* table =
       p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq;
   char* warp_smem = reinterpret_cast<char*>(tc_smem) + warp * TcWarpSmemBytes<kHeadDim, kFp8>();
-  // FP16: the ring of K/V tiles. FP8: the ring of code tiles, then the converted K and V tile.
+  // The ring of K/V tiles: FP16 rows, or E4M3 code rows (kTileHalves bytes a tile).
   Half* ring = reinterpret_cast<Half*>(warp_smem);
   std::uint8_t* code_ring = reinterpret_cast<std::uint8_t*>(warp_smem);
-  Half* converted = reinterpret_cast<Half*>(warp_smem + kTcStages * 2 * kTileHalves);
   // FP8: the byte pools and this (layer, kv head)'s scales.
   const std::uint8_t* k_codes = reinterpret_cast<const std::uint8_t*>(p.k) + head_off;
   const std::uint8_t* v_codes = reinterpret_cast<const std::uint8_t*>(p.v) + head_off;
@@ -160,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
         const bool valid = tok < end;
         const std::int64_t off = static_cast<std::int64_t>(b) * p.block_stride +
                                  static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 16;
-        const int dst = r * kHeadDim + c * 16;
+        const int dst = Fp8TileOffset<kHeadDim>(r, c);
         if (tok == append_tok) {
           const uint4* kn = reinterpret_cast<const uint4*>(p.k_new + new_off + c * 16);
           const uint4* vn = reinterpret_cast<const uint4*>(p.v_new + new_off + c * 16);
@@ -223,8 +236,10 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
                   kHeadDim);
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
-      qa0[kk] = head_ok ? q_row[kk * 8 + t] : 0u;
-      qa2[kk] = head_ok ? q_row[kk * 8 + 4 + t] : 0u;
+      // FP16: d = 16kk + 2t (+8); FP8: the permuted order, d = t*D/4 + 4kk (+2).
+      const int word = kFp8 ? t * (kHeadDim / 8) + 2 * kk : kk * 8 + t;
+      qa0[kk] = head_ok ? q_row[word] : 0u;
+      qa2[kk] = head_ok ? q_row[word + (kFp8 ? 1 : 4)] : 0u;
     }
   }
 
@@ -232,7 +247,7 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   const float score_scale = kFp8 ? p.scale_log2 * k_scale : p.scale_log2;
   float m = kNoScore;  // running max of head g (quad-uniform), log2 units
   float l = 0.0f;      // this thread's share of head g's sum
-  float o[kMTiles][4];  // O^T: (d = mt*16 + g [+8], heads 2t, 2t+1)
+  float o[kMTiles][4];  // O^T: (d = mt*16 + g [+8], or FP8 g*D/8 + 2mt [+1]; heads 2t, 2t+1)
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 
@@ -245,40 +260,67 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
     CpAsyncCommit();
     block = load_block(j + kTcStages);
     CpAsyncWait<kTcStages - 1>();
+    __syncwarp();  // the other lanes' copies of tile j are visible
     const Half* ks = ring + (j % kTcStages) * 2 * kTileHalves;
     const Half* vs = ks + kTileHalves;
-    if constexpr (kFp8) {
-      // Each lane converts the chunks it copied itself (visible to it after the wait).
-      const std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
-      const std::uint8_t* vc = kc + kTileHalves;
-      Half* kh = converted;
-      Half* vh = converted + kTileHalves;
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int idx = lane + 32 * i;
-        const int r = idx / kChunks;
-        const int c = idx % kChunks;
-        uint4 lo, hi;
-        E4M3x16ToHalf(*reinterpret_cast<const uint4*>(kc + r * kHeadDim + c * 16), lo, hi);
-        *reinterpret_cast<uint4*>(kh + SwizzledOffset<kHeadDim>(r, 2 * c)) = lo;
-        *reinterpret_cast<uint4*>(kh + SwizzledOffset<kHeadDim>(r, 2 * c + 1)) = hi;
-        E4M3x16ToHalf(*reinterpret_cast<const uint4*>(vc + r * kHeadDim + c * 16), lo, hi);
-        *reinterpret_cast<uint4*>(vh + SwizzledOffset<kHeadDim>(r, 2 * c)) = lo;
-        *reinterpret_cast<uint4*>(vh + SwizzledOffset<kHeadDim>(r, 2 * c + 1)) = hi;
-      }
-      ks = kh;
-      vs = vh;
-    }
-    __syncwarp();  // the other lanes' copies (or conversions) of tile j are visible
+    const std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
+    const std::uint8_t* vc = kc + kTileHalves;
 
     // S = Q K^T: heads x 16 tokens (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // FP8: this lane's words of V rows 4t..4t+3 (bytes g*D/8 .. +D/8), read before S so their
+    // latency overlaps it.
+    constexpr int kVWords = kHeadDim / 32;
+    std::uint32_t vw[4][kFp8 ? kVWords : 1];
+    if constexpr (kFp8) {
+      constexpr int kKChunks = kHeadDim / 64;  // 16-byte chunks of a K row per lane
+      const int kr0 = 4 * (g >> 1) + (g & 1);  // pi(g): n-tile 0's token; n-tile 1's is kr0 + 2
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      std::uint32_t b[4];
-      LdMatrixX4(ks + SwizzledOffset<kHeadDim>(lm_row, 2 * kk + lm_chunk), b);
-      Mma16816(s[0], qa0[kk], 0u, qa2[kk], 0u, b[0], b[1]);
-      Mma16816(s[1], qa0[kk], 0u, qa2[kk], 0u, b[2], b[3]);
+      for (int i = 0; i < 4; ++i) {
+        const int r = 4 * t + i;
+        if constexpr (kHeadDim == 64) {
+          const uint2 w = *reinterpret_cast<const uint2*>(vc + Fp8TileOffset<kHeadDim>(r, g >> 1) +
+                                                          (g & 1) * 8);
+          vw[i][0] = w.x;
+          vw[i][1] = w.y;
+        } else {
+#pragma unroll
+          for (int c = 0; c < kHeadDim / 128; ++c) {
+            const uint4 w = *reinterpret_cast<const uint4*>(
+                vc + Fp8TileOffset<kHeadDim>(r, g * (kHeadDim / 128) + c));
+            vw[i][4 * c] = w.x;
+            vw[i][4 * c + 1] = w.y;
+            vw[i][4 * c + 2] = w.z;
+            vw[i][4 * c + 3] = w.w;
+          }
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kKChunks; ++c) {
+        const uint4 k0 = *reinterpret_cast<const uint4*>(
+            kc + Fp8TileOffset<kHeadDim>(kr0, t * kKChunks + c));
+        const uint4 k1 = *reinterpret_cast<const uint4*>(
+            kc + Fp8TileOffset<kHeadDim>(kr0 + 2, t * kKChunks + c));
+        const std::uint32_t w0[4] = {k0.x, k0.y, k0.z, k0.w};
+        const std::uint32_t w1[4] = {k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int kk = 4 * c + w;
+          std::uint32_t b0, b1, b2, b3;
+          E4M3x4ToHalf(w0[w], b0, b1);
+          E4M3x4ToHalf(w1[w], b2, b3);
+          Mma16816(s[0], qa0[kk], 0u, qa2[kk], 0u, b0, b1);
+          Mma16816(s[1], qa0[kk], 0u, qa2[kk], 0u, b2, b3);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        std::uint32_t b[4];
+        LdMatrixX4(ks + SwizzledOffset<kHeadDim>(lm_row, 2 * kk + lm_chunk), b);
+        Mma16816(s[0], qa0[kk], 0u, qa2[kk], 0u, b[0], b[1]);
+        Mma16816(s[1], qa0[kk], 0u, qa2[kk], 0u, b[2], b[3]);
+      }
     }
 
     // Online softmax of head g over this thread's tokens 2t, 2t+1, 8+2t, 9+2t.
@@ -287,7 +329,8 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
     float mx = m;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int tok = tb + (e >> 1) * 8 + 2 * t + (e & 1);
+      // Column 2t (+1) of n-tile e/2: token 8(e/2) + 2t (+1); FP8, permuted: 4t + e.
+      const int tok = kFp8 ? tb + 4 * t + e : tb + (e >> 1) * 8 + 2 * t + (e & 1);
       x[e] = tok < end ? x[e] * score_scale : -INFINITY;
       mx = fmaxf(mx, x[e]);
     }
@@ -315,11 +358,21 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
       o[mt][2] *= corr0;
       o[mt][3] *= corr1;
       std::uint32_t a[4];
-      // Matrices: (tokens 0-7, d chunk 2mt), (tokens 0-7, 2mt+1), (8-15, 2mt), (8-15, 2mt+1);
-      // transposed, they are the A fragments a0, a1, a2, a3 of V^T.
-      LdMatrixX4Trans(vs + SwizzledOffset<kHeadDim>(((lane >> 4) << 3) + (lane & 7),
-                                                    2 * mt + ((lane >> 3) & 1)),
-                      a);
+      if constexpr (kFp8) {
+        // a0: V rows 4t, 4t+1 at d = g*D/8 + 2mt; a1: the same rows at d + 1; a2, a3: rows
+        // 4t+2, 4t+3. Interleave the rows' bytes into code pairs, then convert.
+        const unsigned sel = (mt & 1) ? 0x7362u : 0x5140u;
+        const std::uint32_t r01 = __byte_perm(vw[0][mt >> 1], vw[1][mt >> 1], sel);
+        const std::uint32_t r23 = __byte_perm(vw[2][mt >> 1], vw[3][mt >> 1], sel);
+        E4M3x4ToHalf(r01, a[0], a[1]);
+        E4M3x4ToHalf(r23, a[2], a[3]);
+      } else {
+        // Matrices: (tokens 0-7, d chunk 2mt), (tokens 0-7, 2mt+1), (8-15, 2mt), (8-15, 2mt+1);
+        // transposed, they are the A fragments a0, a1, a2, a3 of V^T.
+        LdMatrixX4Trans(vs + SwizzledOffset<kHeadDim>(((lane >> 4) << 3) + (lane & 7),
+                                                      2 * mt + ((lane >> 3) & 1)),
+                        a);
+      }
       Mma16816(o[mt], a[0], a[1], a[2], a[3], pb0, pb1);
     }
     __syncwarp();  // every lane is done with this stage before it is refilled
@@ -346,13 +399,15 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
   float* red_ml = red_o + kWarps * kMaxHeadsPerKv * kHeadDim;     // [warp][head][2]
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    const int d = mt * 16 + g;
+    // O^T rows g and g+8 of m-tile mt: d and d + 8 (FP8, permuted: g*D/8 + 2mt and + 1).
+    const int d = kFp8 ? g * (kHeadDim / 8) + 2 * mt : mt * 16 + g;
+    const int d_hi = kFp8 ? d + 1 : d + 8;
     float* h0 = red_o + (warp * kMaxHeadsPerKv + 2 * t) * kHeadDim;
     float* h1 = h0 + kHeadDim;
     h0[d] = o[mt][0];
     h1[d] = o[mt][1];
-    h0[d + 8] = o[mt][2];
-    h1[d + 8] = o[mt][3];
+    h0[d_hi] = o[mt][2];
+    h1[d_hi] = o[mt][3];
   }
   if (t == 0) {
     red_ml[(warp * kMaxHeadsPerKv + g) * 2] = m;

@@ -9,11 +9,24 @@
 namespace attnrt::kernels {
 namespace {
 
-const std::vector<TunedLaunchRow>& Rows() {
-  static const std::vector<TunedLaunchRow> rows = {
+const std::vector<TunedLaunchRow>& Rows(KvCacheType kv_cache_type) {
+  static const std::vector<TunedLaunchRow> fp16 = {
 #include "kernels/tc_launch_table.inc"
   };
-  return rows;
+  static const std::vector<TunedLaunchRow> fp8 = {
+#include "kernels/tc_fp8_launch_table.inc"
+  };
+  return kv_cache_type == KvCacheType::kFp8E4M3 ? fp8 : fp16;
+}
+
+// The last row of `rows` for (head_dim, group) with min_work <= work, or null.
+const TunedLaunchRow* FindRow(const std::vector<TunedLaunchRow>& rows, int head_dim, int group,
+                              int work) {
+  const TunedLaunchRow* found = nullptr;
+  for (const TunedLaunchRow& row : rows) {
+    if (row.head_dim == head_dim && row.group == group && row.min_work <= work) found = &row;
+  }
+  return found;
 }
 
 }  // namespace
@@ -24,9 +37,11 @@ std::string ToString(const SplitKvLaunchConfig& config) {
          " min_split_tokens=" + std::to_string(config.min_split_tokens);
 }
 
-Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim) {
+Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim,
+                         KvCacheType kv_cache_type) {
   if (family == SplitKvFamily::kTensorCore) {
-    ATTNRT_RETURN_IF_ERROR(TcKernelFor(head_dim, config.warps).status());
+    ATTNRT_RETURN_IF_ERROR(
+        TcKernelFor(head_dim, config.warps, kv_cache_type == KvCacheType::kFp8E4M3).status());
   }
   if (config.ctas_per_sm < 0 || config.ctas_per_sm > 64) {
     return InvalidArgumentError("config.ctas_per_sm = " + std::to_string(config.ctas_per_sm) +
@@ -40,7 +55,9 @@ Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config
   return Status::Ok();
 }
 
-std::span<const TunedLaunchRow> TunedLaunchTable() { return Rows(); }
+std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type) {
+  return Rows(kv_cache_type);
+}
 
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape,
                                       int capacity) {
@@ -49,15 +66,16 @@ SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& sh
   if (family != SplitKvFamily::kTensorCore || shape.num_kv_heads <= 0) return config;
   const int work = std::max(1, capacity) * shape.num_kv_heads;
   const int group = shape.group_size();
-  // Rows are sorted by (head_dim, group, min_work): the last matching row with min_work <= work.
-  for (const TunedLaunchRow& row : Rows()) {
-    if (row.head_dim == shape.head_dim && row.group == group && row.min_work <= work) {
-      config = row.config;
+  const bool fp8 = shape.kv_cache_type == KvCacheType::kFp8E4M3;
+  if (fp8) {
+    if (const TunedLaunchRow* row = FindRow(Rows(KvCacheType::kFp8E4M3), shape.head_dim, group, work)) {
+      return row->config;
     }
   }
-  // The table was swept over FP16 caches; an FP8 cache keeps the row's splitting and the one CTA
-  // size built for it.
-  if (shape.kv_cache_type == KvCacheType::kFp8E4M3) config.warps = kTcFp8Warps;
+  if (const TunedLaunchRow* row = FindRow(Rows(KvCacheType::kFp16), shape.head_dim, group, work)) {
+    config = row->config;
+  }
+  if (fp8) config.warps = kTcFp8Warps;
   return config;
 }
 

@@ -22,18 +22,20 @@ ModelShape Shape(int q_heads, int kv_heads, int head_dim) {
 }
 
 TEST(LaunchTableTest, RowsAreSupportedAndOrdered) {
-  const auto rows = TunedLaunchTable();
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const TunedLaunchRow& r = rows[i];
-    SCOPED_TRACE("row " + std::to_string(i));
-    EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, r.config, r.head_dim).ok())
-        << CheckLaunchConfig(SplitKvFamily::kTensorCore, r.config, r.head_dim).ToString();
-    EXPECT_TRUE(r.group == 1 || r.group == 2 || r.group == 4 || r.group == 8) << r.group;
-    EXPECT_GE(r.min_work, 1);
-    if (i > 0) {
-      const TunedLaunchRow& p = rows[i - 1];
-      EXPECT_LT(std::tie(p.head_dim, p.group, p.min_work), std::tie(r.head_dim, r.group, r.min_work))
-          << "rows must be sorted by (head_dim, group, min_work) without duplicates";
+  for (const KvCacheType type : {KvCacheType::kFp16, KvCacheType::kFp8E4M3}) {
+    const auto rows = TunedLaunchTable(type);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const TunedLaunchRow& r = rows[i];
+      SCOPED_TRACE(std::string(KvCacheTypeName(type)) + " row " + std::to_string(i));
+      EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, r.config, r.head_dim, type).ok())
+          << CheckLaunchConfig(SplitKvFamily::kTensorCore, r.config, r.head_dim, type).ToString();
+      EXPECT_TRUE(r.group == 1 || r.group == 2 || r.group == 4 || r.group == 8) << r.group;
+      EXPECT_GE(r.min_work, 1);
+      if (i > 0) {
+        const TunedLaunchRow& p = rows[i - 1];
+        EXPECT_LT(std::tie(p.head_dim, p.group, p.min_work), std::tie(r.head_dim, r.group, r.min_work))
+            << "rows must be sorted by (head_dim, group, min_work) without duplicates";
+      }
     }
   }
 }
@@ -52,6 +54,28 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
   const SplitKvLaunchConfig def;
   EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4) == def);
   EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kSimt, Shape(32, 32, 128), 32) == def);
+  // An FP8 shape takes its own table's row, else the FP16 row's splitting with the FP8 CTA size.
+  for (const TunedLaunchRow& r : TunedLaunchTable(KvCacheType::kFp16)) {
+    ModelShape s = Shape(r.group, 1, r.head_dim);
+    s.kv_cache_type = KvCacheType::kFp8E4M3;
+    const SplitKvLaunchConfig at = TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work);
+    EXPECT_EQ(at.warps, kTcFp8Warps);
+    EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, at, r.head_dim,
+                                  KvCacheType::kFp8E4M3).ok()) << ToString(at);
+    bool own_row = false;
+    for (const TunedLaunchRow& f : TunedLaunchTable(KvCacheType::kFp8E4M3)) {
+      own_row |= f.head_dim == r.head_dim && f.group == r.group && f.min_work <= r.min_work;
+    }
+    if (!own_row) {
+      EXPECT_EQ(at.ctas_per_sm, r.config.ctas_per_sm);
+      EXPECT_EQ(at.min_split_tokens, r.config.min_split_tokens);
+    }
+  }
+  for (const TunedLaunchRow& r : TunedLaunchTable(KvCacheType::kFp8E4M3)) {
+    ModelShape s = Shape(r.group, 1, r.head_dim);
+    s.kv_cache_type = KvCacheType::kFp8E4M3;
+    EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work) == r.config);
+  }
   // An invalid shape does not crash the lookup (the launch reports it).
   EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4) == def);
 }
@@ -77,6 +101,13 @@ TEST(LaunchTableTest, BadConfigurationsNameTheField) {
     }
   }
   EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, {8, 4, 128}, 128).ok());
+  // The FP8 kernel is built with kTcFp8Warps warps only.
+  const Status fp8 = CheckLaunchConfig(SplitKvFamily::kTensorCore, {8, 0, 256}, 128,
+                                       KvCacheType::kFp8E4M3);
+  EXPECT_EQ(fp8.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(fp8.message().find("config.warps = 8"), std::string::npos) << fp8.ToString();
+  EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, {kTcFp8Warps, 0, 256}, 128,
+                                KvCacheType::kFp8E4M3).ok());
 }
 
 // The plan follows the configuration: the CTA tile is 16 tokens per warp, pieces are at least
