@@ -251,7 +251,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   if (fp8 && options.decode_path == "gemm") {
     return InvalidArgumentError(
         "RuntimeOptions.decode_path = 'gemm' with shape.kv_cache_type = fp8_e4m3: the GEMM path "
-        "reads FP16 K/V only; use the default path (split_kv) or an fp16 cache");
+        "reads FP16 K/V only; use split_kv (the default), split_kv_simt or simple, or an fp16 "
+        "cache");
   }
   const bool use_cuda = options.device == DeviceKind::kCuda ||
                         (options.device == DeviceKind::kAuto && CudaDeviceAvailable());

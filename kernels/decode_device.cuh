@@ -26,6 +26,15 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
                "r"(src_bytes)
                : "memory");
 }
+// 8 bytes global -> shared (cp.async.cg moves 16 only; .ca also allocates in L1), zero-filling
+// when !valid like CpAsync16.
+__device__ __forceinline__ void CpAsync8(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {

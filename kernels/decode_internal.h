@@ -198,9 +198,9 @@ struct SplitKvKernel {
   int tile_tokens = 32;
 };
 // Defined by each family's file: Unimplemented for a head dim or group without an instance,
-// InvalidArgument naming config.warps for a CTA size not built at this head dim.
-// The tensor-core family reads an FP8 E4M3 cache (`fp8`) with 4 warps only.
-StatusOr<SplitKvKernel> SimtKernelFor(int head_dim, int group);
+// InvalidArgument naming config.warps for a CTA size not built at this head dim. Both read an
+// FP8 E4M3 cache (`fp8`); the tensor-core family with 4 warps only.
+StatusOr<SplitKvKernel> SimtKernelFor(int head_dim, int group, bool fp8 = false);
 StatusOr<SplitKvKernel> TcKernelFor(int head_dim, int warps, bool fp8 = false);
 // The only CTA size the tensor-core family builds for an FP8 cache.
 inline constexpr int kTcFp8Warps = 4;

@@ -151,7 +151,7 @@ Status CheckKernelShape(const ModelShape& shape, std::string_view variant, bool 
     return UnimplementedError("decode variant '" + std::string(variant) +
                               "' does not read kv_cache_type = " +
                               std::string(KvCacheTypeName(shape.kv_cache_type)) +
-                              " (the split_kv variant does)");
+                              " (split_kv, split_kv_simt and simple do)");
   }
   return shape.Validate();
 }

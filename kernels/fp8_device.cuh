@@ -28,6 +28,15 @@ __device__ __forceinline__ void E4M3x4ToHalf(std::uint32_t codes, std::uint32_t&
   hi = E4M3x2ToHalf2(codes >> 16);
 }
 
+// 8 E4M3 codes (one 8-byte vector, element e in byte e) to 8 FP16 values (one 16-byte vector,
+// element e in half e): the layout of an FP16 row chunk, so FP16 code can take it as it is.
+__device__ __forceinline__ uint4 E4M3x8ToHalf(const uint2& codes) {
+  uint4 h;
+  E4M3x4ToHalf(codes.x, h.x, h.y);
+  E4M3x4ToHalf(codes.y, h.z, h.w);
+  return h;
+}
+
 // 16 E4M3 codes (one 16-byte vector) to 16 FP16 values: elements 0-7 in `lo`, 8-15 in `hi`.
 __device__ __forceinline__ void E4M3x16ToHalf(const uint4& codes, uint4& lo, uint4& hi) {
   E4M3x4ToHalf(codes.x, lo.x, lo.y);

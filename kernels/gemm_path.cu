@@ -697,7 +697,7 @@ Status GemmSupports(const ModelShape& shape) {
   if (shape.kv_cache_type != KvCacheType::kFp16) {
     return UnimplementedError("decode variant 'gemm' does not read kv_cache_type = " +
                               std::string(KvCacheTypeName(shape.kv_cache_type)) +
-                              " (the split_kv variant does)");
+                              " (split_kv, split_kv_simt and simple do)");
   }
   return shape.Validate();
 }

@@ -44,10 +44,9 @@ __global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKv
 
 StatusOr<SplitKvKernel> KernelFor(SplitKvFamily family, const SplitKvLaunchConfig& config,
                                   const ModelShape& shape) {
-  return family == SplitKvFamily::kSimt
-             ? SimtKernelFor(shape.head_dim, shape.group_size())
-             : TcKernelFor(shape.head_dim, config.warps,
-                           shape.kv_cache_type == KvCacheType::kFp8E4M3);
+  const bool fp8 = shape.kv_cache_type == KvCacheType::kFp8E4M3;
+  return family == SplitKvFamily::kSimt ? SimtKernelFor(shape.head_dim, shape.group_size(), fp8)
+                                        : TcKernelFor(shape.head_dim, config.warps, fp8);
 }
 
 // Readies kernel `k` on the plan's device and returns the CTAs of it an SM holds at once, which
@@ -194,8 +193,7 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
 
 template <SplitKvFamily kFamily>
 Status SplitKvSupports(const ModelShape& shape) {
-  return CheckKernelShape(shape, SplitKvVariantName(kFamily),
-                          /*reads_fp8=*/kFamily == SplitKvFamily::kTensorCore);
+  return CheckKernelShape(shape, SplitKvVariantName(kFamily), /*reads_fp8=*/true);
 }
 
 template <SplitKvFamily kFamily>

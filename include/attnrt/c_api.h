@@ -36,7 +36,7 @@ typedef enum { ATTNRT_DEVICE_AUTO = 0, ATTNRT_DEVICE_CUDA = 1, ATTNRT_DEVICE_CPU
 
 /* How the KV cache stores K and V (attnrt::KvCacheType in attnrt/config.h: the scaling rule,
  * the accuracy). FP8 E4M3 halves the bytes per token; both executors (the CUDA one through
- * its split_kv path; decode_path gemm refuses it). */
+ * its split_kv, split_kv_simt and simple paths; decode_path gemm refuses it). */
 typedef enum { ATTNRT_KV_CACHE_FP16 = 0, ATTNRT_KV_CACHE_FP8_E4M3 = 1 } attnrt_kv_cache_type;
 
 typedef struct {

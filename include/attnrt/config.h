@@ -44,8 +44,8 @@ using SequenceId = std::uint64_t;
 //   precision is fixed); only finer-grained scaling could. tests/api/api_fp8_kv_cache_test.cc
 //   holds the bounds (ATTNRT_FP8_ACCURACY_SEEDS=40 reruns the measurement).
 //   With check_finite off, NaN K/V stay NaN and +-Inf saturate to +-448 * scale.
-//   Both executors: the CPU one through its reference, the CUDA one through the split_kv path
-//   (the default; split_kv_simt, simple and gemm refuse FP8 at Create).
+//   Both executors: the CPU one through its reference, the CUDA one through every kernel path
+//   (split_kv, the default; split_kv_simt; simple); decode_path gemm refuses FP8 at Create.
 enum class KvCacheType {
   kFp16,
   kFp8E4M3,

@@ -60,9 +60,8 @@ struct RuntimeOptions {
   // debugging, and the decode path by name: "split_kv" (the fused flash-decoding kernel, the
   // default when empty), "split_kv_simt", "simple", or "gemm" (the cuBLAS strided-batched GEMM
   // path, in context chunks within its workspace budget at any length; FP16 caches only: with
-  // shape.kv_cache_type = fp8_e4m3 Create refuses it, on every device).
-  // An fp8_e4m3 cache runs on the CPU executor only for now: Create with it on the CUDA
-  // executor answers Unimplemented.
+  // shape.kv_cache_type = fp8_e4m3 Create refuses it, on every device). The other three read an
+  // fp8_e4m3 cache.
   std::vector<int> buckets;
   bool use_graphs = true;
   std::string decode_path;

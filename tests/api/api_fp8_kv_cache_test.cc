@@ -1,6 +1,7 @@
 // The FP8 E4M3 KV cache (ModelShape::kv_cache_type = kFp8E4M3) through the public Runtime on the
 // CPU executor and (where a GPU is present; skipped with the reason elsewhere) the CUDA executor,
-// whose split_kv kernel reads the codes: decodes match an FP64 dense reference over the *dequantised* cache within the
+// whose split_kv, split_kv_simt and simple kernels read the codes (each decode path in turn):
+// decodes match an FP64 dense reference over the *dequantised* cache within the
 // FP16 tolerances for every head dim, group size and block size with mixed lengths; prefill,
 // fork and copy-on-write; capacity doubles for the same bytes; bad scales and unsupported
 // configurations are refused at Create naming the field; and the error against the FP64
@@ -74,21 +75,33 @@ struct DecodeCase {
   bool explicit_scales;
 };
 
-// A case on one executor (the CUDA one skips without a GPU).
-using DecodeParam = std::tuple<DecodeCase, DeviceKind>;
+// An executor and, on CUDA, the decode path it runs (every path that reads FP8; the CPU
+// executor runs its reference whatever the path).
+struct Fp8Executor {
+  DeviceKind device;
+  const char* decode_path;  // "" on the CPU executor
+};
+const Fp8Executor kFp8Executors[] = {{DeviceKind::kCpu, ""},
+                                     {DeviceKind::kCuda, "split_kv"},
+                                     {DeviceKind::kCuda, "split_kv_simt"},
+                                     {DeviceKind::kCuda, "simple"}};
+
+// A case on one executor (the CUDA ones skip without a GPU).
+using DecodeParam = std::tuple<DecodeCase, Fp8Executor>;
 
 std::string CaseName(const ::testing::TestParamInfo<DecodeParam>& info) {
-  const auto& [c, device] = info.param;
+  const auto& [c, executor] = info.param;
   std::ostringstream os;
-  os << (device == DeviceKind::kCpu ? "Cpu" : "Cuda") << "_D" << c.d << "_H" << c.h << "_Hkv"
-     << c.hkv << "_bs" << c.bs << (c.explicit_scales ? "_scaled" : "");
+  os << (executor.device == DeviceKind::kCpu ? "Cpu" : "Cuda_" + std::string(executor.decode_path))
+     << "_D" << c.d << "_H" << c.h << "_Hkv" << c.hkv << "_bs" << c.bs
+     << (c.explicit_scales ? "_scaled" : "");
   return os.str();
 }
 
 class Fp8DecodeTest : public ::testing::TestWithParam<DecodeParam> {
  protected:
   void SetUp() override {
-    if (std::get<1>(GetParam()) == DeviceKind::kCuda && !CudaDeviceAvailable()) {
+    if (std::get<1>(GetParam()).device == DeviceKind::kCuda && !CudaDeviceAvailable()) {
       GTEST_SKIP() << "no CUDA device (" << NoCudaDeviceReason()
                    << "): the CUDA executor case needs a GPU";
     }
@@ -99,8 +112,9 @@ class Fp8DecodeTest : public ::testing::TestWithParam<DecodeParam> {
 // several steps, both layers: every output within max |out - ref| <= 2e-3 and relative L2 <= 1e-3
 // of the FP64 decode over the dequantised K/V.
 TEST_P(Fp8DecodeTest, MatchesTheFp64ReferenceOverTheDequantisedCache) {
-  const auto& [c, device] = GetParam();
-  RuntimeOptions o = Fp8Options(c.d, c.h, c.hkv, c.bs, device);
+  const auto& [c, executor] = GetParam();
+  RuntimeOptions o = Fp8Options(c.d, c.h, c.hkv, c.bs, executor.device);
+  o.decode_path = executor.decode_path;
   if (c.explicit_scales) o.shape.kv_scales = DistinctScales(o.shape);
   auto created = Runtime::Create(o);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -170,7 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          DecodeCase{128, 8, 2, 8, false},
                                          DecodeCase{256, 8, 2, 16, true},
                                          DecodeCase{256, 4, 4, 64, false}),
-                       ::testing::Values(DeviceKind::kCpu, DeviceKind::kCuda)),
+                       ::testing::ValuesIn(kFp8Executors)),
     CaseName);
 
 // ---- Prefill, fork, copy-on-write -------------------------------------------------------------
@@ -287,9 +301,17 @@ TEST(Fp8KvCacheTest, GemmPathRefusesFp8AtCreateOnEveryDevice) {
         << gemm.status().message();
     EXPECT_NE(gemm.status().message().find("fp8_e4m3"), std::string::npos);
   }
-  o.device = DeviceKind::kCpu;
-  o.decode_path = "split_kv";  // any other path: the CPU executor runs the reference
-  EXPECT_TRUE(Runtime::Create(o).ok());
+  // Every other path reads FP8: the CPU executor runs its reference whatever the path, the CUDA
+  // one (where a GPU is present) the path's kernel.
+  for (DeviceKind device : {DeviceKind::kCpu, DeviceKind::kCuda}) {
+    if (device == DeviceKind::kCuda && !CudaDeviceAvailable()) continue;
+    o.device = device;
+    for (const char* path : {"split_kv", "split_kv_simt", "simple"}) {
+      o.decode_path = path;
+      auto created = Runtime::Create(o);
+      EXPECT_TRUE(created.ok()) << path << ": " << created.status().ToString();
+    }
+  }
 }
 
 // ---- Capacity, memory report, metrics ----------------------------------------------------------

@@ -1,12 +1,14 @@
-// The FP8 E4M3 KV cache on the GPU (issue 13): the split_kv kernel over E4M3 pools and the
-// append kernel that quantizes into them, against the CPU reference run over the same codes
-// (FP64 over the dequantised cache: max |out - ref| <= 2e-3, relative L2 <= 1e-3, LSE within
-// 1e-3, as FP16). Fresh N(0,1) inputs quantised under random per-(K/V, layer, KV head) scales;
-// outputs and workspace poisoned; positions a kernel must not read hold the NaN code; after the
-// run the code pools must equal the reference append byte for byte (the device quantizes with
-// the host's codec). Both ways of appending (the caller's append kernel, the plan's fused one),
-// every head dim, block size and group, a split 32k context, peaky softmax, and the refusals of
-// the paths that do not read FP8. Skips (with the reason) where no CUDA device is present.
+// The FP8 E4M3 KV cache on the GPU (issue 13): the kernels that read E4M3 pools (split_kv,
+// split_kv_simt, simple) and the append kernels that quantize into them, against the CPU
+// reference run over the same codes (FP64 over the dequantised cache: max |out - ref| <= 2e-3,
+// relative L2 <= 1e-3, LSE within 1e-3, as FP16). Fresh N(0,1) inputs quantised under random
+// per-(K/V, layer, KV head) scales; outputs and workspace poisoned; positions a kernel must not
+// read hold the NaN code; after the run the code pools must equal the reference append byte for
+// byte (the device quantizes with the host's codec). For every variant, both ways of appending
+// (the caller's append kernel; the plan's run: fused in split_kv, the append kernel first in the
+// others), every head dim, block size and group, a split 32k context, peaky softmax; and the
+// refusal of the one path that does not read FP8 (gemm). Skips (with the reason) where no CUDA
+// device is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,13 +112,19 @@ struct Fp8Pools {
 
 enum class AppendMode { kByCaller, kByPlan };
 
-// Plans `variant` (or split_kv under `config`) for the batch, appends and decodes on the device,
-// and compares outputs, LSE and code pools with the reference over the same codes.
-void RunFp8Case(const ModelShape& shape, const std::vector<int>& lengths,
-                const PagedBatchOptions& options, AppendMode mode) {
-  SCOPED_TRACE(mode == AppendMode::kByPlan ? "append fused in the plan" : "append by the caller");
-  const DecodeVariant& v = DefaultDecodeVariant();
-  ASSERT_EQ(v.name, "split_kv");
+// The variants that read FP8 pools (every one but gemm).
+const std::vector<std::string> kFp8Variants = {"split_kv", "split_kv_simt", "simple"};
+
+// Plans `variant` for the batch, appends and decodes on the device, and compares outputs, LSE
+// and code pools with the reference over the same codes.
+void RunFp8Case(const std::string& variant, const ModelShape& shape,
+                const std::vector<int>& lengths, const PagedBatchOptions& options,
+                AppendMode mode) {
+  SCOPED_TRACE(variant + (mode == AppendMode::kByPlan ? ": append in the plan's run"
+                                                      : ": append by the caller"));
+  const StatusOr<const DecodeVariant*> found = FindDecodeVariant(variant);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const DecodeVariant& v = **found;
   ASSERT_OK(v.supports(shape));
   PagedBatch host = MakePagedBatch(shape, lengths, options);
   Fp8Pools fp8;
@@ -131,7 +139,8 @@ void RunFp8Case(const ModelShape& shape, const std::vector<int>& lengths,
       mode == AppendMode::kByPlan ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode, *device};
   const StatusOr<DecodePlan> plan = v.plan(request);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->fuses_append, mode == AppendMode::kByPlan);
+  // Only the tensor-core kernel appends inside itself; the others' runs launch the append kernel.
+  EXPECT_EQ(plan->fuses_append, mode == AppendMode::kByPlan && v.name == "split_kv");
   DeviceArray<char> ws_storage;
   ASSERT_OK(ws_storage.Allocate(plan->workspace_bytes));
   if (plan->workspace_bytes > 0) {
@@ -166,20 +175,20 @@ void RunFp8Case(const ModelShape& shape, const std::vector<int>& lengths,
   EXPECT_TRUE(testing::PaddedRowsUntouched(host, out, lse)) << "a padded row was written";
 }
 
-void RunBothModes(const ModelShape& shape, const std::vector<int>& lengths,
-                  const PagedBatchOptions& options) {
+void RunBothModes(const std::string& variant, const ModelShape& shape,
+                  const std::vector<int>& lengths, const PagedBatchOptions& options) {
   for (AppendMode mode : {AppendMode::kByCaller, AppendMode::kByPlan}) {
-    RunFp8Case(shape, lengths, options, mode);
+    RunFp8Case(variant, shape, lengths, options, mode);
   }
 }
 
-using SweepParam = std::tuple<int, int, int>;  // D, block size, group
+using SweepParam = std::tuple<std::string, int, int, int>;  // variant, D, block size, group
 
 class DecodeFp8SweepTest : public ::testing::TestWithParam<SweepParam> {};
 
 TEST_P(DecodeFp8SweepTest, MatchesReferenceOverTheCodes) {
   SKIP_WITHOUT_GPU();
-  const auto& [d, bs, group] = GetParam();
+  const auto& [variant, d, bs, group] = GetParam();
   const int hkv = 2;
   const ModelShape shape =
       Fp8Shape(group * hkv, hkv, d, bs, /*layers=*/2, /*max_context=*/2048, d + bs + group);
@@ -188,45 +197,53 @@ TEST_P(DecodeFp8SweepTest, MatchesReferenceOverTheCodes) {
   PagedBatchOptions opt;
   opt.seed = 5000 + d * 7 + bs * 13 + group * 31;
   opt.capacity = static_cast<int>(lengths.size()) + 1;
-  RunBothModes(shape, lengths, opt);
+  RunBothModes(variant, shape, lengths, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllCombos, DecodeFp8SweepTest,
-    ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(8, 16, 64),
-                       ::testing::Values(1, 4, 8)),
+    ::testing::Combine(::testing::ValuesIn(kFp8Variants), ::testing::Values(64, 128, 256),
+                       ::testing::Values(8, 16, 64), ::testing::Values(1, 4, 8)),
     [](const ::testing::TestParamInfo<SweepParam>& info) {
       std::ostringstream os;
-      os << "D" << std::get<0>(info.param) << "_bs" << std::get<1>(info.param) << "_G"
-         << std::get<2>(info.param);
+      os << std::get<0>(info.param) << "_D" << std::get<1>(info.param) << "_bs"
+         << std::get<2>(info.param) << "_G" << std::get<3>(info.param);
       return os.str();
     });
 
-TEST(DecodeFp8Test, Context32kSplits) {
+// The long and peaky cases, per variant.
+class DecodeFp8VariantTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeFp8VariantTest, Context32kSplits) {
   SKIP_WITHOUT_GPU();
   const ModelShape shape = Fp8Shape(8, 2, 128, 16, 1, 32768, 7);
   PagedBatchOptions opt;
   opt.seed = 77;
   opt.fill_threads = 8;
-  RunBothModes(shape, {32768, 1, 20000}, opt);
+  RunBothModes(GetParam(), shape, {32768, 1, 20000}, opt);
 }
 
-TEST(DecodeFp8Test, PeakySoftmax) {
+TEST_P(DecodeFp8VariantTest, PeakySoftmax) {
   SKIP_WITHOUT_GPU();
   const ModelShape shape = Fp8Shape(16, 2, 128, 32, 2, 4096, 8);
   PagedBatchOptions opt;
   opt.seed = 78;
   opt.q_scale = 20.0f;
-  RunBothModes(shape, {4096, 100, 1, 2500}, opt);
+  RunBothModes(GetParam(), shape, {4096, 100, 1, 2500}, opt);
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, DecodeFp8VariantTest, ::testing::ValuesIn(kFp8Variants),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 TEST(DecodeFp8Test, PathsThatDoNotReadFp8RefuseIt) {
   SKIP_WITHOUT_GPU();
   const ModelShape shape = Fp8Shape(8, 2, 128, 16, 1, 1024, 9);
   for (const DecodeVariant& v : DecodeVariants()) {
     const Status s = v.supports(shape);
-    if (v.name == "split_kv") {
-      EXPECT_TRUE(s.ok()) << s.ToString();
+    if (v.name != "gemm") {
+      EXPECT_TRUE(s.ok()) << v.name << ": " << s.ToString();
     } else {
       EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << v.name << ": " << s.ToString();
       EXPECT_NE(s.message().find("fp8_e4m3"), std::string::npos) << s.ToString();

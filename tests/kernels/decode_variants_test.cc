@@ -107,6 +107,59 @@ TEST(DecodeVariantsTest, SupportsEveryIssueComboAndNamesTheOthers) {
   }
 }
 
+// An FP8 E4M3 cache: every fused kernel (split_kv, split_kv_simt, simple) takes it at every
+// instantiated (D, block size, group) and plans it; the GEMM path refuses it naming the type.
+TEST(DecodeVariantsTest, EveryPathButGemmReadsFp8) {
+  for (const DecodeVariant& v : DecodeVariants()) {
+    SCOPED_TRACE(std::string(v.name));
+    for (int d : {64, 128, 256}) {
+      for (int bs : {8, 16, 32, 64}) {
+        for (int g : {1, 2, 4, 8}) {
+          ModelShape s = Shape(4 * g, 4, d);
+          s.block_size = bs;
+          s.kv_cache_type = KvCacheType::kFp8E4M3;
+          const Status supported = v.supports(s);
+          if (v.name == kGemmVariantName) {
+            EXPECT_EQ(supported.code(), StatusCode::kUnimplemented) << supported.ToString();
+            EXPECT_NE(supported.message().find("fp8_e4m3"), std::string::npos)
+                << supported.ToString();
+            continue;
+          }
+          EXPECT_TRUE(supported.ok()) << "D" << d << " bs" << bs << " G" << g << ": "
+                                      << supported.ToString();
+          for (DecodeStep step : {DecodeStep::kDecode, DecodeStep::kAppendAndDecode}) {
+            const StatusOr<DecodePlan> plan = HostPlan(v, Request(s, 8, step));
+            ASSERT_TRUE(plan.ok()) << "D" << d << " bs" << bs << " G" << g << ": "
+                                   << plan.status().ToString();
+            EXPECT_NE(plan->decode.fn, nullptr);
+            EXPECT_EQ(plan->shape.kv_cache_type, KvCacheType::kFp8E4M3);
+            // Only the tensor-core kernel appends inside itself (quantizing as it goes).
+            EXPECT_EQ(plan->fuses_append,
+                      v.name == "split_kv" && step == DecodeStep::kAppendAndDecode);
+          }
+        }
+      }
+    }
+  }
+  // The FP8 kernels are other instances than the FP16 ones, with the same tiles (so the same
+  // splits and workspace).
+  ModelShape fp16 = Shape(32, 8, 128);
+  ModelShape fp8 = fp16;
+  fp8.kv_cache_type = KvCacheType::kFp8E4M3;
+  for (const char* name : {"split_kv_simt", "simple"}) {
+    SCOPED_TRACE(name);
+    const DecodeVariant& v = *FindDecodeVariant(name).value();
+    const StatusOr<DecodePlan> a = HostPlan(v, Request(fp16, 8));
+    const StatusOr<DecodePlan> b = HostPlan(v, Request(fp8, 8));
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_NE(a->decode.fn, b->decode.fn);
+    EXPECT_EQ(a->decode.grid.x, b->decode.grid.x);
+    EXPECT_EQ(a->decode.threads, b->decode.threads);
+    EXPECT_EQ(a->split_kv.tile_tokens, b->split_kv.tile_tokens);
+    EXPECT_EQ(a->workspace_bytes, b->workspace_bytes);
+  }
+}
+
 // Every plan refuses what it cannot run with a Status naming the offending field.
 TEST(DecodeVariantsTest, PlanRejectsWhatItCannotRunNamingTheField) {
   for (const DecodeVariant& v : DecodeVariants()) {
