@@ -26,11 +26,20 @@ constexpr int kWarpTokens = 16;  // tokens per warp tile: one mma k-step of p·V
 constexpr int kMaxHeadsPerKv = 8;  // the N side of O^T = V^T P^T
 constexpr int kMaxTcSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may have on sm_90
 
-// Tiles in flight per warp: an FP8 tile is half the bytes, so one stage more keeps about as
-// many bytes in flight.
+// Tiles in the ring of a warp. FP8: 3 as well, which keeps a D = 128 CTA at 48 KB so that four
+// fit an SM (the register limit too): 16 warps per SM instead of 8, which the kernel needs more
+// than bytes in flight (H100, GQA 32/8 B=32: issue-bound at 8 warps per SM, 4.5 cycles per
+// instruction; bench/NOTES.md).
 template <bool kFp8>
 constexpr int TcStages() {
-  return kFp8 ? 4 : 3;
+  return 3;
+}
+// The CTAs per SM the register allocation must allow (0: ptxas decides, as for FP16): an FP8
+// D = 128 CTA needs <= 128 registers a thread so that four fit, as its shared memory does; the
+// other FP8 kernels get all the registers they want (ptxas would spill D = 256 otherwise).
+template <int kHeadDim, bool kFp8>
+constexpr int TcMinCtasPerSm() {
+  return !kFp8 ? 0 : (kHeadDim == 128 ? 4 : 1);
 }
 // Shared memory of one warp: its ring of K and V tiles (FP16 rows or E4M3 code rows).
 template <int kHeadDim, bool kFp8>
@@ -93,7 +102,7 @@ __device__ __forceinline__ int Fp8TileOffset(int r, int c) {
 // (lane g owns D/8 consecutive bytes of each V row, O^T row g of m-tile mt is d = g*D/8 + 2mt,
 // row g+8 is d + 1; the store undoes it). K's scale multiplies the scores, V's the output.
 template <int kHeadDim, int kWarps, bool kFp8 = false>
-__global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParams p) {
+__global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>()) TcDecodeKernel(const SplitKvParams p) {
   constexpr int kTcStages = TcStages<kFp8>();
   // A copy moves 16 bytes: 8 FP16 values or 16 E4M3 codes of a row.
   constexpr int kChunks = kHeadDim / (kFp8 ? 16 : 8);        // 16-byte chunks per row
@@ -347,16 +356,24 @@ __global__ void __launch_bounds__(kWarps * 32) TcDecodeKernel(const SplitKvParam
     const std::uint32_t pb0 = *reinterpret_cast<std::uint32_t*>(&p01);
     const std::uint32_t pb1 = *reinterpret_cast<std::uint32_t*>(&p23);
     // O^T columns are heads 2t and 2t+1: their rescale factors live in lanes 8t and 8t+4.
-    const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t);
-    const float corr1 = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+    // FP8: the rescale is skipped while no head's max moved (most tiles past the first few),
+    // which the instruction-bound FP8 loop notices; FP16 keeps its straight-line code.
+    const bool rescale = !kFp8 || __any_sync(0xffffffffu, corr != 1.0f);
+    float corr0 = 1.0f, corr1 = 1.0f;
+    if (rescale) {
+      corr0 = __shfl_sync(0xffffffffu, corr, 8 * t);
+      corr1 = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+    }
 
     // O^T += V^T P^T: D x heads, k = the 16 tokens.
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
-      o[mt][0] *= corr0;
-      o[mt][1] *= corr1;
-      o[mt][2] *= corr0;
-      o[mt][3] *= corr1;
+      if (rescale) {
+        o[mt][0] *= corr0;
+        o[mt][1] *= corr1;
+        o[mt][2] *= corr0;
+        o[mt][3] *= corr1;
+      }
       std::uint32_t a[4];
       if constexpr (kFp8) {
         // a0: V rows 4t, 4t+1 at d = g*D/8 + 2mt; a1: the same rows at d + 1; a2, a3: rows
