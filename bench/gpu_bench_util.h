@@ -1,6 +1,7 @@
 // Shared by the GPU benchmarks and studies: GPU time vs wall-clock time of a piece of enqueued
-// work, device-side random fills, a device-resident paged decode batch, decode plans on this
-// device, medians, and the bandwidth ceilings (read-only and copy) measured in the same process.
+// work, device-side random fills and a device-resident paged decode batch (tools/
+// device_decode.cuh, shared with attnrt-check), decode plans on this device, medians, and the
+// bandwidth ceilings (read-only: kernels/read_ceiling.h; copy) measured in the same process.
 //
 // GPU time: a blocker kernel holds the stream (spinning on a pinned host flag) while the host
 // enqueues the work between two events, then the flag is released; the events then bracket only
@@ -21,16 +22,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <attnrt/config.h>
 #include <attnrt/half.h>
 #include <attnrt/status.h>
-#include "api/internal/fp8_e4m3.h"
 #include "kernels/decode.h"
+#include "kernels/read_ceiling.h"
 #include "kernels/views.h"
+#include "tools/device_decode.cuh"
 #include "tools/percentile.h"
 
 namespace attnrt::bench {
@@ -162,150 +164,25 @@ void MeasureInto(benchmark::State& state, GpuTimer& timer, F&& enqueue, int warm
   state.counters["blocked"] = blocked ? 1 : 0;
 }
 
-// ---- device random fills -----------------------------------------------------------------
-__device__ inline std::uint64_t SplitMix(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// N(0,1) * scale by Box-Muller from a counter-based hash: independent of launch shape.
-template <typename T>
-__global__ void FillNormalKernel(T* out, std::int64_t n, std::uint64_t seed, float scale) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::uint64_t r = SplitMix(seed * 0x100000001B3ull + static_cast<std::uint64_t>(i));
-    const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
-    const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
-    const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2) * scale;
-    if constexpr (sizeof(T) == 1) {
-      out[i] = QuantizeE4M3(z, 1.0f);  // an E4M3 code (scale 1.0)
-    } else if constexpr (sizeof(T) == 2) {
-      out[i] = __float2half_rn(z);
-    } else {
-      out[i] = z;
-    }
-  }
-}
+// ---- device random fills and paged decode batches (tools/device_decode.cuh) -----------------
+using tools::DeviceDecodeBatch;
 
 template <typename T>
 void FillNormal(T* out, std::int64_t n, std::uint64_t seed, cudaStream_t stream,
                 float scale = 1.0f) {
-  FillNormalKernel<<<1024, 256, 0, stream>>>(out, n, seed, scale);
-  Check(cudaGetLastError(), "fill");
+  CheckOk(tools::FillNormalAsync(out, n, seed, stream, scale), "FillNormal");
 }
 
-// ---- device-resident paged decode batch (benchmarks; random data, shuffled blocks) ----------
-struct DeviceDecodeBatch {
-  ModelShape shape;
-  int capacity = 0;
-  int num_blocks = 0;
-  std::vector<std::int32_t> kv_lengths;  // host copy
-  void* k_pool = nullptr;
-  void* v_pool = nullptr;
-  std::int32_t* d_lengths = nullptr;
-  std::int32_t* d_layers = nullptr;
-  std::int32_t* d_tables = nullptr;
-  Half* q = nullptr;
-  Half* out = nullptr;
-  float* lse = nullptr;
-  float* d_scales = nullptr;  // FP8 cache: K's then V's scale per kv head (1.0)
-  kernels::KvPoolView pools{};
-  kernels::DecodeBatchView batch{};
-
-  DeviceDecodeBatch(const ModelShape& s, const std::vector<int>& lengths, cudaStream_t stream,
-                    std::uint64_t seed = 1)
-      : shape(s), capacity(static_cast<int>(lengths.size())) {
-    const int bs = s.block_size;
-    const int max_blocks = s.max_blocks_per_sequence();
-    for (int len : lengths) num_blocks += (len + bs - 1) / bs;
-    num_blocks = std::max(num_blocks, 1);
-    // Shuffled block ids (a fixed LCG; the order only has to be non-contiguous).
-    std::vector<std::int32_t> ids(num_blocks);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::uint64_t x = seed * 6364136223846793005ull + 1;
-    for (int i = num_blocks - 1; i > 0; --i) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      std::swap(ids[i], ids[static_cast<int>((x >> 33) % static_cast<std::uint64_t>(i + 1))]);
-    }
-    std::vector<std::int32_t> tables(static_cast<std::size_t>(capacity) * max_blocks, 0);
-    int next = 0;
-    for (int i = 0; i < capacity; ++i) {
-      for (int j = 0; j < (lengths[i] + bs - 1) / bs; ++j) {
-        tables[static_cast<std::size_t>(i) * max_blocks + j] = ids[next++];
-      }
-    }
-    kv_lengths.assign(lengths.begin(), lengths.end());
-    const std::vector<std::int32_t> layers(capacity, 0);
-
-    const std::int64_t pool_elems =
-        static_cast<std::int64_t>(num_blocks) * s.num_kv_heads * bs * s.head_dim;
-    const std::int64_t q_elems = static_cast<std::int64_t>(capacity) * s.num_q_heads * s.head_dim;
-    Check(cudaMalloc(&k_pool, pool_elems * 2), "malloc k");
-    Check(cudaMalloc(&v_pool, pool_elems * 2), "malloc v");
-    Check(cudaMalloc(&q, q_elems * 2), "malloc q");
-    Check(cudaMalloc(&out, q_elems * 2), "malloc out");
-    Check(cudaMalloc(&lse, static_cast<std::size_t>(capacity) * s.num_q_heads * 4), "malloc lse");
-    Check(cudaMalloc(&d_lengths, capacity * 4), "malloc lengths");
-    Check(cudaMalloc(&d_layers, capacity * 4), "malloc layers");
-    Check(cudaMalloc(&d_tables, tables.size() * 4), "malloc tables");
-    Check(cudaMemcpy(d_lengths, kv_lengths.data(), capacity * 4, cudaMemcpyHostToDevice), "copy");
-    Check(cudaMemcpy(d_layers, layers.data(), capacity * 4, cudaMemcpyHostToDevice), "copy");
-    Check(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice), "copy");
-    if (fp8()) {  // one E4M3 code per element, scales 1.0
-      FillNormal(static_cast<std::uint8_t*>(k_pool), pool_elems, seed * 3 + 0, stream);
-      FillNormal(static_cast<std::uint8_t*>(v_pool), pool_elems, seed * 3 + 1, stream);
-      const std::vector<float> ones(2 * s.num_kv_heads, 1.0f);
-      Check(cudaMalloc(&d_scales, ones.size() * sizeof(float)), "malloc scales");
-      Check(cudaMemcpy(d_scales, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice),
-            "copy");
-    } else {
-      FillNormal(static_cast<__half*>(k_pool), pool_elems, seed * 3 + 0, stream);
-      FillNormal(static_cast<__half*>(v_pool), pool_elems, seed * 3 + 1, stream);
-    }
-    FillNormal(reinterpret_cast<__half*>(q), q_elems, seed * 3 + 2, stream);
-    Check(cudaStreamSynchronize(stream), "sync");
-
-    pools.k = static_cast<Half*>(k_pool);
-    pools.v = static_cast<Half*>(v_pool);
-    pools.num_layers = 1;
-    pools.num_blocks = num_blocks;
-    pools.num_kv_heads = s.num_kv_heads;
-    pools.block_size = bs;
-    pools.head_dim = s.head_dim;
-    pools.scales = d_scales;
-    batch.capacity = capacity;
-    batch.num_q_heads = s.num_q_heads;
-    batch.max_blocks_per_seq = max_blocks;
-    batch.kv_lengths = d_lengths;
-    batch.layers = d_layers;
-    batch.block_tables = d_tables;
-    batch.q = q;
-    batch.k_new = nullptr;
-    batch.v_new = nullptr;
-    batch.out = out;
-    batch.lse = lse;
-    batch.scale = s.scale();
-  }
-  ~DeviceDecodeBatch() {
-    for (void* p : {k_pool, v_pool, static_cast<void*>(d_lengths), static_cast<void*>(d_layers),
-                    static_cast<void*>(d_tables), static_cast<void*>(q), static_cast<void*>(out),
-                    static_cast<void*>(lse), static_cast<void*>(d_scales)}) {
-      cudaFree(p);
-    }
-  }
-  DeviceDecodeBatch(const DeviceDecodeBatch&) = delete;
-  DeviceDecodeBatch& operator=(const DeviceDecodeBatch&) = delete;
-
-  bool fp8() const { return shape.kv_cache_type == KvCacheType::kFp8E4M3; }
-  // Bytes of K and V the live rows attend (each read once: the fused kernel's floor).
-  double kv_bytes() const {
-    double tokens = 0;
-    for (int len : kv_lengths) tokens += len;
-    return tokens * shape.num_kv_heads * shape.head_dim * 2.0 * (fp8() ? 1.0 : 2.0);
-  }
-};
+// A device batch (random data, shuffled blocks) for `lengths` rows, or exit.
+inline std::unique_ptr<DeviceDecodeBatch> MakeDeviceDecodeBatch(const ModelShape& shape,
+                                                                const std::vector<int>& lengths,
+                                                                cudaStream_t stream,
+                                                                std::uint64_t seed = 1) {
+  StatusOr<std::unique_ptr<DeviceDecodeBatch>> batch =
+      DeviceDecodeBatch::Create(shape, lengths, stream, seed);
+  CheckOk(batch, "DeviceDecodeBatch::Create");
+  return std::move(batch).value();
+}
 
 // Device-to-device copy bandwidth (bytes read + written per second), the measured ceiling.
 inline double MeasureCopyBandwidth(cudaStream_t stream, std::size_t bytes = std::size_t{1} << 30) {
@@ -324,47 +201,12 @@ inline double MeasureCopyBandwidth(cudaStream_t stream, std::size_t bytes = std:
   return 2.0 * bytes / (Median(us) * 1e-6);
 }
 
-// Read ceiling: every byte of a large buffer read once with 16-byte loads, 4 in flight per thread.
-__global__ void ReadReduceKernel(const uint4* __restrict__ p, std::size_t n, unsigned* out) {
-  unsigned acc = 0;
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-  }
-  for (; i < n; i += stride) acc ^= p[i].x ^ p[i].y ^ p[i].z ^ p[i].w;
-  if (acc == 0x12345678u) out[0] = acc;  // keeps the loads alive; practically never stores
-}
-
-// Device read bandwidth (bytes/s): best of 10 timed reductions over a 4 GiB buffer.
-inline double MeasureReadBandwidth(std::size_t bytes = std::size_t{4} << 30) {
-  void* buf = nullptr;
-  unsigned* out = nullptr;
-  Check(cudaMalloc(&buf, bytes), "malloc");
-  Check(cudaMalloc(&out, sizeof(unsigned)), "malloc");
-  Check(cudaMemset(buf, 1, bytes), "memset");
-  int dev = 0, sms = 0;
-  Check(cudaGetDevice(&dev), "device");
-  Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attr");
-  cudaEvent_t a, b;
-  Check(cudaEventCreate(&a), "event");
-  Check(cudaEventCreate(&b), "event");
-  float best = 1e30f;
-  for (int it = 0; it < 11; ++it) {
-    Check(cudaEventRecord(a), "record");
-    ReadReduceKernel<<<sms * 8, 512>>>(static_cast<const uint4*>(buf), bytes / 16, out);
-    Check(cudaEventRecord(b), "record");
-    Check(cudaEventSynchronize(b), "sync");
-    float ms = 0.0f;
-    Check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    if (it > 0) best = std::min(best, ms);  // the first run warms up
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaFree(buf);
-  cudaFree(out);
-  return bytes / (best * 1e-3);
+// Device read bandwidth (bytes/s), the ceiling every decode ratio is taken to:
+// kernels::MeasureReadBandwidth (kernels/read_ceiling.h, shared with attnrt-check), or exit.
+inline double MeasureReadBandwidth(std::size_t bytes = kernels::kReadCeilingBytes) {
+  StatusOr<double> bw = kernels::MeasureReadBandwidth(bytes);
+  CheckOk(bw, "MeasureReadBandwidth");
+  return *bw;
 }
 
 inline int SmCount() {

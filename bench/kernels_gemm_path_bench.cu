@@ -109,7 +109,9 @@ const char* PathMethodName(PathMethod m) {
 void RunPath(benchmark::State& state, int kv_heads, int b, int t, PathMethod method) {
   Context& ctx = Ctx();
   const ModelShape shape = Shape(kv_heads, t);
-  DeviceDecodeBatch data(shape, std::vector<int>(b, t), ctx.stream);
+  const std::unique_ptr<DeviceDecodeBatch> made =
+      MakeDeviceDecodeBatch(shape, std::vector<int>(b, t), ctx.stream);
+  const DeviceDecodeBatch& data = *made;
   std::function<void()> enqueue;
   std::unique_ptr<DeviceAlloc> ws, arrays;
   GemmPathPlan plan;
@@ -191,7 +193,9 @@ void RunPath(benchmark::State& state, int kv_heads, int b, int t, PathMethod met
 void RunStages(benchmark::State& state, int b, int t, const std::string& which) {
   Context& ctx = Ctx();
   const ModelShape shape = Shape(8, t);
-  DeviceDecodeBatch data(shape, std::vector<int>(b, t), ctx.stream);
+  const std::unique_ptr<DeviceDecodeBatch> made =
+      MakeDeviceDecodeBatch(shape, std::vector<int>(b, t), ctx.stream);
+  const DeviceDecodeBatch& data = *made;
   const int h = shape.num_q_heads;
   const double d = shape.head_dim;
   const double rows = static_cast<double>(b) * h;
@@ -272,7 +276,9 @@ void RunStages(benchmark::State& state, int b, int t, const std::string& which) 
 void RunChunked(benchmark::State& state, int kv_heads, int b, int t, int budget_mib) {
   Context& ctx = Ctx();
   const ModelShape shape = Shape(kv_heads, t);
-  DeviceDecodeBatch data(shape, std::vector<int>(b, t), ctx.stream);
+  const std::unique_ptr<DeviceDecodeBatch> made =
+      MakeDeviceDecodeBatch(shape, std::vector<int>(b, t), ctx.stream);
+  const DeviceDecodeBatch& data = *made;
   const std::size_t budget = budget_mib > 0 ? std::size_t(budget_mib) << 20 : SIZE_MAX;
   const GemmPathPlan plan = *kernels::PlanGemmPath(shape, b, t, budget);
   DeviceAlloc ws(plan.workspace_bytes);

@@ -99,44 +99,17 @@ kernels::DecodePlan PlanConfig(const ModelShape& shape, int capacity,
   return *plan;
 }
 
-// Median µs per decode of `plan` over the input sets (one graph of `steps` runs).
+// Median µs per decode of `plan` over the input sets (tools::MedianRunUs: one graph of at
+// least kMinSteps runs, 2 warm-up replays, the median of 7).
 double TimePlan(const kernels::DecodePlan& plan,
                 const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets, cudaStream_t stream) {
-  const kernels::DecodeVariant& split_kv = **kernels::FindDecodeVariant(plan.variant);
-  void* ws = nullptr;
-  if (plan.workspace_bytes > 0) Check(cudaMalloc(&ws, plan.workspace_bytes), "malloc workspace");
-  const int n = static_cast<int>(sets.size());
-  const int steps = (kMinSteps + n - 1) / n * n;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < steps; ++i) {
-    const DeviceDecodeBatch& b = *sets[i % n];
-    CheckOk(split_kv.run(plan, b.batch, b.pools, {ws, plan.workspace_bytes}, {stream, nullptr}),
-            "split_kv run");
-  }
-  Check(cudaStreamEndCapture(stream, &graph), "end capture");
-  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t a, b;
-  Check(cudaEventCreate(&a), "event");
-  Check(cudaEventCreate(&b), "event");
-  for (int w = 0; w < 2; ++w) Check(cudaGraphLaunch(exec, stream), "warm-up");
-  std::vector<double> us;
-  for (int r = 0; r < 7; ++r) {
-    Check(cudaEventRecord(a, stream), "record");
-    Check(cudaGraphLaunch(exec, stream), "replay");
-    Check(cudaEventRecord(b, stream), "record");
-    Check(cudaEventSynchronize(b), "sync");
-    float ms = 0.0f;
-    Check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    us.push_back(ms * 1e3 / steps);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaFree(ws);
-  return Median(us);
+  tools::DeviceMemory ws;
+  CheckOk(tools::AllocateDevice(plan.workspace_bytes, &ws), "workspace");
+  const tools::RunTiming timing{.min_steps = kMinSteps, .warmups = 2, .replays = 7};
+  const StatusOr<double> us = tools::MedianRunUs(plan, sets, {ws.get(), plan.workspace_bytes},
+                                                 {stream, nullptr}, timing);
+  CheckOk(us, "split_kv run");
+  return *us;
 }
 
 struct Timing {
@@ -217,8 +190,8 @@ int Run(int argc, char** argv) {
                                       kMaxSets);
         std::vector<std::unique_ptr<DeviceDecodeBatch>> sets;
         for (int k = 0; k < n_sets; ++k) {
-          sets.push_back(std::make_unique<DeviceDecodeBatch>(
-              shape, std::vector<int>(batch, context), stream, 100 + k));
+          sets.push_back(
+              MakeDeviceDecodeBatch(shape, std::vector<int>(batch, context), stream, 100 + k));
         }
         // Configurations with the same grid and the same split of this context are one kernel
         // launch: time it once.

@@ -1,0 +1,24 @@
+// The device's read-bandwidth ceiling, measured in the calling process: what the decode
+// benchmarks and attnrt-check divide a decode path's achieved bandwidth by. One definition, so
+// every "ratio to the read ceiling" in the tree means the same thing. No CUDA header (a program
+// built without CUDA may include it; the definition exists only in a CUDA build).
+#pragma once
+
+#include <cstddef>
+
+#include <attnrt/status.h>
+
+namespace attnrt::kernels {
+
+// 4 GiB: far past any L2 (the H100's is 50 MB), so the figure is DRAM (HBM) bandwidth.
+inline constexpr std::size_t kReadCeilingBytes = std::size_t{4} << 30;
+
+// Read bandwidth of the current CUDA device, bytes/s: a reduction that reads every byte of a
+// `bytes`-byte buffer once with 16-byte loads (4 in flight per thread, 8 CTAs of 512 threads per
+// SM), timed with CUDA events on the default stream; the best of 10 runs after one warm-up.
+// Allocates `bytes` (rounded down to 16) plus 4 bytes of device memory while it runs and frees
+// them on every path. InvalidArgument when bytes < 16; Internal naming the CUDA call that failed
+// (out of memory included).
+StatusOr<double> MeasureReadBandwidth(std::size_t bytes = kReadCeilingBytes);
+
+}  // namespace attnrt::kernels
