@@ -36,10 +36,10 @@
 
 #include <attnrt/half.h>
 #include <attnrt/status.h>
-#include "api/internal/fp8_e4m3.h"
 #include "examples/tcp_protocol.h"
 #include "tools/dense_reference.h"
 #include "tools/flags.h"
+#include "tools/kv_cache_support.h"
 #include "tools/percentile.h"
 #include "tools/progress.h"
 
@@ -321,10 +321,7 @@ int CheckMalformed(asio::io_context& io, const LoadOptions& o, const attnrt::Mod
 // What the server's cache holds for an input value: the value (fp16), or its E4M3 code read
 // back (fp8_e4m3; serve_tcp uses the default scales, 1.0). The reference runs over these.
 float Stored(const attnrt::ModelShape& s, Half h) {
-  const float x = attnrt::HalfToFloat(h);
-  return s.kv_cache_type == attnrt::KvCacheType::kFp8E4M3
-             ? attnrt::DequantizeE4M3(attnrt::QuantizeE4M3(x, 1.0f), 1.0f)
-             : x;
+  return attnrt::tools::StoredKvValue(s.kv_cache_type, h);
 }
 
 

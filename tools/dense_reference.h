@@ -1,7 +1,8 @@
 // The dense FP64 decode-attention reference the self-checking programs (demo, attnrt-check,
-// attnrt-loadgen --verify) compare the runtime's outputs with: a host mirror of one (sequence, layer) of the cache, and
-// the largest deviation of one request's output from attention over that mirror. Public API
-// only (attnrt/half.h, attnrt/config.h).
+// attnrt-loadgen --verify) compare the runtime's outputs with: a host mirror of one (sequence,
+// layer) of the cache as it holds it (FP16 values, or FP8 codes read back), and the largest
+// deviation of one request's output from attention over that mirror. Public API plus
+// tools/kv_cache_support.h (the FP8 codec).
 #pragma once
 
 #include <algorithm>
@@ -13,16 +14,19 @@
 
 #include <attnrt/config.h>
 #include <attnrt/half.h>
+#include "tools/kv_cache_support.h"
 
 namespace attnrt::tools {
 
-// K and V of one (sequence, layer) as the cache holds them (FP16 values), [tokens][Hkv][D].
+// K and V of one (sequence, layer) as a cache of `type` with the default scales (1.0) holds
+// them (StoredKvValue: the FP16 values, or their E4M3 codes read back), [tokens][Hkv][D].
 struct KvMirror {
+  KvCacheType type = KvCacheType::kFp16;
   std::vector<float> k, v;
 
   void Append(const std::vector<Half>& new_k, const std::vector<Half>& new_v) {
-    for (Half h : new_k) k.push_back(HalfToFloat(h));
-    for (Half h : new_v) v.push_back(HalfToFloat(h));
+    for (Half h : new_k) k.push_back(StoredKvValue(type, h));
+    for (Half h : new_v) v.push_back(StoredKvValue(type, h));
   }
 };
 

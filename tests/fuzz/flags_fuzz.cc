@@ -235,15 +235,18 @@ struct DemoOptions {  // examples/demo.cc
 };
 
 struct CheckOptions {  // examples/check.cc
-  std::string device = "auto", paths, json;
+  std::string device = "auto", paths, json, kv_cache_type = "fp16";
   std::vector<int> head_dims = {64, 128, 256}, block_sizes = {8, 16, 32, 64}, groups = {1, 4, 8};
   int kv_heads = 2, sequences = 6, context = 200, steps = 3;
   double tolerance = 2e-3;
   std::uint64_t seed = 0;
+  bool no_speed = false;
+  int speed_batch = 32, speed_context = 4096;
 
   void Declare(CheckedFlags& f) {
     f.Choice("--device", &device, attnrt::tools::DeviceChoices(), "executor");
     f.String("--paths", &paths, "decode paths");
+    f.Choice("--kv-cache-type", &kv_cache_type, {"fp16", "fp8_e4m3", "all"}, "KV cache type");
     f.List("--head-dims", &head_dims, "head dims");
     f.List("--block-sizes", &block_sizes, "block sizes");
     f.List("--groups", &groups, "group sizes");
@@ -254,6 +257,9 @@ struct CheckOptions {  // examples/check.cc
     f.Double("--tolerance", &tolerance, "max error", 0, 1);
     f.Int("--seed", &seed, "seed", 0, 1e18);
     f.String("--json", &json, "JSON file");
+    f.Bool("--no-speed", &no_speed, "skip the speed table");
+    f.Int("--speed-batch", &speed_batch, "speed batch", 1, 1024);
+    f.Int("--speed-context", &speed_context, "speed context", 1, 1 << 20);
   }
 };
 
@@ -271,7 +277,8 @@ const std::vector<std::string>& Names() {
       "--priority", "--drain-timeout", "--first-sequence", "--seed", "--verify",
       "--check-malformed", "--shutdown-server", "--tolerate-server-stop", "--steps",
       "--repeats", "--csv", "--full-overload", "--metrics-port", "--paths", "--head-dims",
-      "--block-sizes", "--groups", "--tolerance", "--log-level", "--version"};
+      "--block-sizes", "--groups", "--tolerance", "--kv-cache-type", "--no-speed",
+      "--speed-batch", "--speed-context", "--log-level", "--version"};
   return names;
 }
 const std::vector<std::string>& Values() {
@@ -279,7 +286,8 @@ const std::vector<std::string>& Values() {
       "0", "1", "-1", "64", "65535", "65536", "1073741824", "1073741825", "2147483647",
       "2147483648", "4294967296", "1e15", "1e18", "1e19", "1e300", "-1e300", "1e-300", "0.5",
       "-0", "nan", "inf", "-inf", "0x10", "1,2,3", "1,,2", ",", "0,1e10", "1,-1", "", " ",
-      "auto", "cuda", "cpu", "error", "output", "9007199254740993", "1.5", "1e", "--"};
+      "auto", "cuda", "cpu", "error", "output", "9007199254740993", "1.5", "1e", "--", "fp16",
+      "fp8_e4m3", "all"};
   return values;
 }
 
