@@ -9,7 +9,8 @@
 #     --phase P   run only these phases (repeatable; default all = tests sanitizer bench
 #                 criteria; build always runs). sweep (study 4, not in all): checks every launch
 #                 configuration against the reference, then times them and writes
-#                 tc_launch_table.inc into OUT_DIR (copy it to kernels/ to adopt it)
+#                 tc_launch_table.inc and tc_fp8_launch_table.inc into OUT_DIR (copy them to
+#                 kernels/ to adopt them)
 #     --quick     a smaller batching-window sweep and launch-configuration sweep
 #     --san-tools LIST  the compute-sanitizer tools of the sanitizer phase (comma list; default
 #                 memcheck,racecheck,initcheck,synccheck)
@@ -136,6 +137,9 @@ if has sanitizer; then
   decode_filter='AllCombos/*D128_bs16*:Variants/DecodeEdgeTest.GraphCaptured*:Variants/DecodeEdgeTest.Peaky*:AllCombos/*D64_bs8_G8*:AllCombos/*D256_bs64_G2*'
   decode_filter+=':Settings/*D128_G8_warps8_ctas16_minsplit128:Settings/*D64_G1_warps2_ctas0_minsplit1024:Settings/*D256_G1_warps2_ctas16_minsplit128:TunedLaunchTableTest.*'
   executor_filter='-*InjectedLaunchFailure*:*FailedBatchLosesItsTokens*'
+  # decode_fp8_gpu_test: 89 cases over three variants; a cross-section (every variant at D 128,
+  # D 64 block 16, the 32k split, peaky softmax, the append modes).
+  fp8_filter='AllCombos/DecodeFp8SweepTest.*D128*:AllCombos/DecodeFp8SweepTest.*D64_bs16*:DecodeFp8Test.*:Variants/*'
   executor_initcheck='*EveryPathMatchesDenseReference:*CapturedShortReplaysLong:*DeviceAndHostMemoryInTheSameGraphs:*BatchLargerThanTheLargestBucketIsSplit'
   gpu_tests=("$build"/tests/*_gpu_test)
   if [ ! -x "${gpu_tests[0]}" ]; then
@@ -150,6 +154,7 @@ if has sanitizer; then
       name=$(basename "$t")
       case "$name" in
         decode_gpu_test) filter=$decode_filter ;;
+        decode_fp8_gpu_test) filter=$fp8_filter ;;
         api_runtime_gpu_test) filter='*Cuda*' ;;
         # The long-context GEMM cases move GBs through an FP64 reference: far too slow under a
         # sanitizer. The sliced and graph-captured cases still run the chunk merge.
@@ -213,6 +218,11 @@ if has bench; then
       --benchmark_counters_tabular=true >"$out/$b.txt" 2>&1 || status=1
     grep -E "median|ERROR" "$out/$b.txt" | head -30
   done
+  # The self-test a user runs, with its speed table against the read ceiling it measures.
+  log "attnrt-check (every path x cache type; speed table)"
+  "$build/examples/attnrt-check" --kv-cache-type all --block-sizes 16 --seed 7 \
+    --json "$out/attnrt_check.json" >"$out/attnrt_check.txt" 2>&1 || status=1
+  tail -3 "$out/attnrt_check.txt"
   # The host path's record (issue 11): floor, Runtime B=1, host CPU per request, saturation;
   # writes summary.json itself.
   log "benchmark api_host_path_bench"
@@ -262,6 +272,11 @@ if has sweep; then
       --json-out "$out/kernels_launch_sweep.json" --table-out "$out/tc_launch_table.inc" \
       >"$out/kernels_launch_sweep.txt" 2>"$out/kernels_launch_sweep.progress" || status=1
     grep -E "pick|wrote" "$out/kernels_launch_sweep.txt" | tail -45
+    # The FP8 kernel's own table (kernels/tc_fp8_launch_table.inc).
+    "$build/bench/kernels_launch_sweep_bench" "${q[@]}" --commit "$commit" --kv-cache-type fp8_e4m3 \
+      --json-out "$out/kernels_launch_sweep_fp8.json" --table-out "$out/tc_fp8_launch_table.inc" \
+      >"$out/kernels_launch_sweep_fp8.txt" 2>"$out/kernels_launch_sweep_fp8.progress" || status=1
+    grep -E "pick|wrote" "$out/kernels_launch_sweep_fp8.txt" | tail -30
   else
     tail -30 "$out/launch_config_test.log"
     log "launch configurations FAILED${problem:+: $problem}: no sweep"; status=1
