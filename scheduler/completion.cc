@@ -87,8 +87,12 @@ bool Completion::Wait(std::chrono::nanoseconds timeout) {
 CompletionPool::CompletionPool() = default;
 
 Completion* CompletionPool::Acquire() {
-  refs_.fetch_add(1, std::memory_order_relaxed);
-  Completion* c = free_.Pop([this](Completion** out, std::size_t n) { Grow(out, n); });
+  // Items leaving the shared queue are counted a refill at a time (refs_: see completion.h).
+  Completion* c = free_.Pop([this](Completion** out, std::size_t n) { Grow(out, n); },
+                            [this](std::size_t n) {
+                              refs_.fetch_add(static_cast<std::int64_t>(n),
+                                              std::memory_order_relaxed);
+                            });
   c->state.store(Completion::kPending, std::memory_order_relaxed);
   c->refs.store(2, std::memory_order_relaxed);  // the scheduler's and the future's
   return c;
@@ -108,8 +112,16 @@ void CompletionPool::Fulfil(Completion* c, DecodeResult result) {
 void CompletionPool::Release(Completion* c) {
   if (c->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   c->result = DecodeResult();  // frees the output of a result nobody took
+  // Into this thread's cache, still counted; a spill to the shared queue uncounts a refill's
+  // worth. refs_ cannot reach 0 there: the owner's reference goes only in Orphan, after Close
+  // has taken every shard's lock. Once closed, the slow path: uncount one, maybe the last.
+  if (free_.PushToShard(c, [this](std::size_t n) {
+        refs_.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_acq_rel);
+      })) {
+    return;
+  }
   free_.Push(c);
-  Unref();
+  Unref(1);
 }
 
 void CompletionPool::Grow(Completion** out, std::size_t n) {
@@ -130,10 +142,13 @@ void CompletionPool::Grow(Completion** out, std::size_t n) {
   slabs_.push_back(std::move(slab));
 }
 
-void CompletionPool::Orphan() { Unref(); }
+void CompletionPool::Orphan() {
+  const std::size_t cached = free_.Close();
+  Unref(static_cast<std::int64_t>(cached) + 1);  // the cached ones and the owner's
+}
 
-void CompletionPool::Unref() {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+void CompletionPool::Unref(std::int64_t n) {
+  if (refs_.fetch_sub(n, std::memory_order_acq_rel) == n) delete this;
 }
 
 }  // namespace scheduler::internal

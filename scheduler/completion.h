@@ -62,12 +62,15 @@ class CompletionPool {
 
  private:
   ~CompletionPool() = default;
-  void Unref();
+  // Drops n counts of refs_; the one that reaches 0 deletes the pool.
+  void Unref(std::int64_t n);
   // Makes n Completions into out[0..n) (a slab of at least kSlab; the rest go to the free list).
   void Grow(Completion** out, std::size_t n) EXCLUDES(grow_mu_);
 
   static constexpr std::size_t kSlab = 256;
-  // 1 for the owner + the Completions handed out and not yet released.
+  // 1 for the owner + the Completions outside free_'s shared queue (handed out, or in its shard
+  // caches until Orphan closes them): counted a refill or a spill (32) at a time, so a request
+  // touches no pool-wide atomic (it cost 11% of the 8-producer intake benchmark's CPU).
   std::atomic<std::int64_t> refs_{1};
   ShardedFreeList<Completion> free_;
   Mutex grow_mu_;
