@@ -20,25 +20,8 @@ using testing::OwnedRequest;
 using testing::RandomWorkload;
 using testing::SubmitAndWait;
 
-ModelShape SmallShape() {
-  ModelShape s;
-  s.num_layers = 3;
-  s.num_q_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 64;
-  s.block_size = 16;
-  s.max_context = 256;
-  return s;
-}
-
 std::unique_ptr<CpuExecutor> MakeExecutor(int num_blocks = 512, int max_batch_size = 64) {
-  CpuExecutorOptions o;
-  o.shape = SmallShape();
-  o.num_blocks = num_blocks;
-  o.max_batch_size = max_batch_size;
-  auto ex = CpuExecutor::Create(o);
-  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
-  return std::move(ex).value();
+  return testing::MakeCpuExecutor(num_blocks, max_batch_size);
 }
 
 TEST(CpuExecutorTest, RandomBatchesMatchDenseReference) {
@@ -325,7 +308,7 @@ TEST(CpuExecutorTest, OutOfBlocksFailsOnlyTheRequestThatNeedsOne) {
 
 TEST(CpuExecutorTest, BadOptionsAndPrefillArgumentsNameTheField) {
   CpuExecutorOptions o;
-  o.shape = SmallShape();
+  o.shape = testing::SmallExecutorShape();
   o.num_blocks = 0;
   auto bad = CpuExecutor::Create(o);
   ASSERT_FALSE(bad.ok());

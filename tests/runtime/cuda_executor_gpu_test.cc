@@ -29,13 +29,11 @@ using testing::OwnedRequest;
 using testing::RandomWorkload;
 using testing::SubmitAndWait;
 
+// The executor tests' small model with H 8, D 128 and a 1024-token context.
 ModelShape TestShape() {
-  ModelShape s;
-  s.num_layers = 3;
+  ModelShape s = testing::SmallExecutorShape();
   s.num_q_heads = 8;
-  s.num_kv_heads = 2;
   s.head_dim = 128;
-  s.block_size = 16;
   s.max_context = 1024;
   return s;
 }
@@ -357,35 +355,10 @@ TEST_F(CudaExecutorGpuTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {
 TEST_F(CudaExecutorGpuTest, FaultPointBlockAllocationFailsOnlyThatRequest) {
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);
-  constexpr int kBlock = 16;
   RandomWorkload w(*ex, 808);
-  for (SequenceId id : {1, 2, 3}) {
-    ASSERT_TRUE(ex->CreateSequence(id).ok());
-    w.shadow().Create(id);
-  }
-  w.Prefill(1, 0, kBlock);      // full block: the next token needs a new one
-  w.Prefill(2, 0, 5);           // room left
-  w.Prefill(3, 0, 2 * kBlock);  // full
-  const std::int64_t in_use = ex->stats().kv_blocks_in_use;
-  ASSERT_EQ(in_use, 4);
-  std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), 1, 0, w.rng()),
-                                    MakeRequest(ex->shape(), 2, 0, w.rng()),
-                                    MakeRequest(ex->shape(), 3, 0, w.rng())};
-  w.shadow().Expect(reqs[1]);
-  w.shadow().Expect(reqs[2]);
-  ex->faults().block_allocation.Arm(1);
-  testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs));
-  ASSERT_TRUE(r.submit.ok());
-  ASSERT_EQ(r.statuses.size(), 3u);
-  EXPECT_EQ(r.statuses[0].code(), StatusCode::kResourceExhausted) << r.statuses[0].ToString();
-  ASSERT_TRUE(r.statuses[1].ok()) << r.statuses[1].ToString();
-  ASSERT_TRUE(r.statuses[2].ok()) << r.statuses[2].ToString();
-  EXPECT_TRUE(MatchesExpected(reqs[1]));
-  EXPECT_TRUE(MatchesExpected(reqs[2]));
-  EXPECT_EQ(ex->faults().block_allocation.injected(), 1);
-  EXPECT_EQ(*ex->SequenceLength(1, 0), kBlock);           // untouched
-  EXPECT_EQ(ex->stats().kv_blocks_in_use, in_use + 1);    // only sequence 3 grew
-  EXPECT_EQ(ex->stats().failed_batches, 0);
+  testing::BlockAllocationFault fault;
+  ASSERT_NO_FATAL_FAILURE(testing::RunBlockAllocationFault(*ex, ex->faults(), w, &fault));
+  const std::int64_t in_use = fault.blocks_in_use_before;
 
   std::vector<OwnedRequest> retry = {MakeRequest(ex->shape(), 1, 0, w.rng())};
   w.shadow().Expect(retry[0]);

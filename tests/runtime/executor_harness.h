@@ -1,7 +1,8 @@
 // Test harness shared by the executor tests: a dense shadow of every (sequence, layer)'s K/V
 // history that computes the expected decode output independently of the paged layout (plain
 // dense attention in FP64), owned request buffers with poisoned outputs, and a synchronous
-// submit that records which thread ran the callback. Header-only, no CUDA.
+// submit that records which thread ran the callback; the small model and CPU executor the tests
+// share, and fault scenarios every executor must pass. Header-only, no CUDA.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,7 +21,9 @@
 
 #include <attnrt/config.h>
 #include <attnrt/half.h>
+#include "runtime/cpu_executor.h"
 #include "runtime/executor.h"
+#include "runtime/fault_injection.h"
 #include "tests/support/dense_attention.h"
 #include "tests/support/random_fp16.h"
 
@@ -29,6 +33,29 @@ using attnrt::testing::FillNormal;
 using attnrt::testing::IsNaN;
 using attnrt::testing::NormalRng;
 using attnrt::testing::Poison;
+
+// The small model of the executor tests: 3 layers, H 4, Hkv 2, D 64, block 16, context 256.
+inline ModelShape SmallExecutorShape() {
+  ModelShape s;
+  s.num_layers = 3;
+  s.num_q_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  s.block_size = 16;
+  s.max_context = 256;
+  return s;
+}
+
+// A CPU executor of the small model (nullptr, with a test failure, if it cannot be made).
+inline std::unique_ptr<CpuExecutor> MakeCpuExecutor(int num_blocks, int max_batch_size = 64) {
+  CpuExecutorOptions o;
+  o.shape = SmallExecutorShape();
+  o.num_blocks = num_blocks;
+  o.max_batch_size = max_batch_size;
+  auto ex = CpuExecutor::Create(o);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  return std::move(ex).value();
+}
 
 // Host buffers of one request; out/lse poisoned (NaN) until the executor writes them.
 struct OwnedRequest {
@@ -214,6 +241,50 @@ class RandomWorkload {
   std::vector<SequenceId> ids_;
   SequenceId next_id_;
 };
+
+// A failed block allocation fails only the request that needed it. Sequences 1, 2, 3 hold a
+// full block, 5 tokens and two full blocks of layer 0 (four blocks); one batch decodes each;
+// `faults`' block allocation fails once, on sequence 1's new block. Then: sequence 1's request
+// alone fails (ResourceExhausted) and its length is untouched, 2 and 3 match the reference, only
+// sequence 3 took a block, no batch failed. The caller checks more of `result` and retries.
+struct BlockAllocationFault {
+  std::vector<OwnedRequest> reqs;
+  SyncResult result;
+  std::int64_t blocks_in_use_before = 0;
+};
+
+inline void RunBlockAllocationFault(Executor& ex, FaultInjection& faults, RandomWorkload& w,
+                                    BlockAllocationFault* fault) {
+  const int block_size = ex.shape().block_size;
+  for (SequenceId id : {1, 2, 3}) {
+    ASSERT_TRUE(ex.CreateSequence(id).ok());
+    w.shadow().Create(id);
+  }
+  w.Prefill(1, 0, block_size);      // full block: the next token needs a new one
+  w.Prefill(2, 0, 5);               // room left
+  w.Prefill(3, 0, 2 * block_size);  // full
+  const std::int64_t in_use = fault->blocks_in_use_before = ex.stats().kv_blocks_in_use;
+  ASSERT_EQ(in_use, 4);
+
+  std::vector<OwnedRequest>& reqs = fault->reqs;
+  reqs = {MakeRequest(ex.shape(), 1, 0, w.rng()), MakeRequest(ex.shape(), 2, 0, w.rng()),
+          MakeRequest(ex.shape(), 3, 0, w.rng())};
+  w.shadow().Expect(reqs[1]);
+  w.shadow().Expect(reqs[2]);
+  faults.block_allocation.Arm(1);
+  const SyncResult& r = fault->result = SubmitAndWait(ex, RandomWorkload::ToBatch(reqs));
+  ASSERT_TRUE(r.submit.ok());
+  ASSERT_EQ(r.statuses.size(), 3u);
+  EXPECT_EQ(r.statuses[0].code(), StatusCode::kResourceExhausted) << r.statuses[0].ToString();
+  ASSERT_TRUE(r.statuses[1].ok()) << r.statuses[1].ToString();
+  ASSERT_TRUE(r.statuses[2].ok()) << r.statuses[2].ToString();
+  EXPECT_TRUE(MatchesExpected(reqs[1]));
+  EXPECT_TRUE(MatchesExpected(reqs[2]));
+  EXPECT_EQ(faults.block_allocation.injected(), 1);
+  EXPECT_EQ(*ex.SequenceLength(1, 0), block_size);      // untouched
+  EXPECT_EQ(ex.stats().kv_blocks_in_use, in_use + 1);  // only sequence 3 grew
+  EXPECT_EQ(ex.stats().failed_batches, 0);  // a planning failure is the request's alone
+}
 
 // The lost-token contract (runtime/executor.h), for any executor. `inject_one_failure` makes the
 // next batch fail as a whole after planning (a device error). Then: that batch's request fails;

@@ -28,27 +28,8 @@ using testing::OwnedRequest;
 using testing::RandomWorkload;
 using testing::SubmitAndWait;
 
-constexpr int kBlockSize = 16;
-
-ModelShape SmallShape() {
-  ModelShape s;
-  s.num_layers = 3;
-  s.num_q_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 64;
-  s.block_size = kBlockSize;
-  s.max_context = 256;
-  return s;
-}
-
 std::unique_ptr<CpuExecutor> MakeExecutor(int num_blocks = 256) {
-  CpuExecutorOptions o;
-  o.shape = SmallShape();
-  o.num_blocks = num_blocks;
-  o.max_batch_size = 64;
-  auto ex = CpuExecutor::Create(o);
-  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
-  return std::move(ex).value();
+  return testing::MakeCpuExecutor(num_blocks);
 }
 
 bool Contains(const std::string& text, const std::string& part) {
@@ -109,7 +90,7 @@ TEST(FaultInjectionTest, ExecutorsShareAScopedInjectionOrUseTheirOwn) {
   auto after = MakeExecutor();
   EXPECT_NE(&after->faults(), &own->faults());
   CpuExecutorOptions o;
-  o.shape = SmallShape();
+  o.shape = testing::SmallExecutorShape();
   o.faults = std::make_shared<FaultInjection>();
   auto given = CpuExecutor::Create(o);
   ASSERT_TRUE(given.ok());
@@ -122,37 +103,13 @@ TEST(FaultInjectionTest, ExecutorsShareAScopedInjectionOrUseTheirOwn) {
 TEST(FaultInjectionTest, FailedBlockAllocationFailsOnlyThatRequest) {
   auto ex = MakeExecutor();
   RandomWorkload w(*ex, 1);
-  for (SequenceId id : {1, 2, 3}) {
-    ASSERT_TRUE(ex->CreateSequence(id).ok());
-    w.shadow().Create(id);
-  }
-  w.Prefill(1, 0, kBlockSize);      // full block: the next token needs a new one
-  w.Prefill(2, 0, 5);               // room left
-  w.Prefill(3, 0, 2 * kBlockSize);  // full
-  const std::int64_t in_use = ex->stats().kv_blocks_in_use;
-  ASSERT_EQ(in_use, 4);
-
-  std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), 1, 0, w.rng()),
-                                    MakeRequest(ex->shape(), 2, 0, w.rng()),
-                                    MakeRequest(ex->shape(), 3, 0, w.rng())};
-  w.shadow().Expect(reqs[1]);
-  w.shadow().Expect(reqs[2]);
-  ex->faults().block_allocation.Arm(1);
-  testing::SyncResult r = SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs));
-  ASSERT_TRUE(r.submit.ok());
+  testing::BlockAllocationFault fault;
+  ASSERT_NO_FATAL_FAILURE(testing::RunBlockAllocationFault(*ex, ex->faults(), w, &fault));
+  const testing::SyncResult& r = fault.result;
   EXPECT_EQ(r.calls, 1);
-  ASSERT_EQ(r.statuses.size(), 3u);
-  EXPECT_EQ(r.statuses[0].code(), StatusCode::kResourceExhausted) << r.statuses[0].ToString();
   EXPECT_TRUE(Contains(r.statuses[0].message(), "request 0")) << r.statuses[0].ToString();
-  EXPECT_TRUE(StillPoisoned(reqs[0]));
-  ASSERT_TRUE(r.statuses[1].ok()) << r.statuses[1].ToString();
-  ASSERT_TRUE(r.statuses[2].ok()) << r.statuses[2].ToString();
-  EXPECT_TRUE(MatchesExpected(reqs[1]));
-  EXPECT_TRUE(MatchesExpected(reqs[2]));
-  EXPECT_EQ(ex->faults().block_allocation.injected(), 1);
-  EXPECT_EQ(*ex->SequenceLength(1, 0), kBlockSize);  // untouched
-  EXPECT_EQ(ex->stats().kv_blocks_in_use, in_use + 1);  // only sequence 3 grew
-  EXPECT_EQ(ex->stats().failed_batches, 0);  // a planning failure is the request's alone
+  EXPECT_TRUE(StillPoisoned(fault.reqs[0]));
+  const std::int64_t in_use = fault.blocks_in_use_before;
   ExpectExactAccounting(*ex);
 
   // Not lost: the retry runs.
