@@ -22,6 +22,7 @@
 #include "api/internal/fp8_e4m3.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
+#include "tests/support/decode_checks.h"
 #include "tests/support/device_paged_batch.h"
 #include "tests/support/paged_batch.h"
 
@@ -34,28 +35,9 @@ using testing::MakePagedBatch;
 using testing::PagedBatch;
 using testing::PagedBatchOptions;
 
-constexpr double kMaxAbs = 2e-3;
-constexpr double kRelL2 = 1e-3;
-constexpr double kLseTol = 1e-3;
-
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::attnrt::Status s_ = (expr);                       \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString();   \
-  } while (0)
-
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU kernel test not run"
-
 ModelShape Fp8Shape(int h, int hkv, int d, int bs, int layers, int max_context,
                     std::uint64_t seed) {
-  ModelShape s;
-  s.num_layers = layers;
-  s.num_q_heads = h;
-  s.num_kv_heads = hkv;
-  s.head_dim = d;
-  s.block_size = bs;
-  s.max_context = max_context;
+  ModelShape s = testing::DecodeShape(h, hkv, d, bs, layers, max_context);
   s.kv_cache_type = KvCacheType::kFp8E4M3;
   // Scales in [0.25, 4): the kernel must apply each (K/V, layer, head)'s own.
   testing::NormalRng rng(seed);
@@ -142,12 +124,8 @@ void RunFp8Case(const std::string& variant, const ModelShape& shape,
   // Only the tensor-core kernel appends inside itself; the others' runs launch the append kernel.
   EXPECT_EQ(plan->fuses_append, mode == AppendMode::kByPlan && v.name == "split_kv");
   DeviceArray<char> ws_storage;
-  ASSERT_OK(ws_storage.Allocate(plan->workspace_bytes));
-  if (plan->workspace_bytes > 0) {
-    ASSERT_OK(CudaStatus(cudaMemset(ws_storage.get(), 0xFF, plan->workspace_bytes), "memset",
-                         __FILE__, __LINE__));
-  }
-  const DecodeWorkspace ws{ws_storage.get(), plan->workspace_bytes};
+  DecodeWorkspace ws;
+  ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
   if (mode == AppendMode::kByCaller) ASSERT_OK(LaunchAppendKv(dev.view(), pools, nullptr));
   ASSERT_OK(v.run(*plan, dev.view(), pools, ws, {nullptr, nullptr}));
   ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
@@ -167,12 +145,7 @@ void RunFp8Case(const std::string& variant, const ModelShape& shape,
 
   EXPECT_TRUE(k_codes == fp8.k) << "K codes differ from the reference append";
   EXPECT_TRUE(v_codes == fp8.v) << "V codes differ from the reference append";
-  const testing::OutputError e = testing::CompareOutput(host, out, ref_out);
-  EXPECT_EQ(e.non_finite, 0) << "outputs not written or a NaN code read";
-  EXPECT_LE(e.max_abs, kMaxAbs);
-  EXPECT_LE(e.rel_l2, kRelL2);
-  EXPECT_LE(testing::MaxLseError(host, lse, host.lse), kLseTol);
-  EXPECT_TRUE(testing::PaddedRowsUntouched(host, out, lse)) << "a padded row was written";
+  testing::ExpectOutputMatchesReference(host, out, lse, ref_out, host.lse, "(FP8 codes)");
 }
 
 void RunBothModes(const std::string& variant, const ModelShape& shape,

@@ -17,41 +17,19 @@
 #include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
+#include "tests/support/decode_checks.h"
 #include "tests/support/device_paged_batch.h"
 #include "tests/support/paged_batch.h"
 
 namespace attnrt::kernels {
 namespace {
 
+using testing::DecodeShape;
 using testing::DeviceArray;
 using testing::DevicePagedBatch;
 using testing::MakePagedBatch;
 using testing::PagedBatch;
 using testing::PagedBatchOptions;
-
-constexpr double kMaxAbs = 2e-3;
-constexpr double kRelL2 = 1e-3;
-constexpr double kLseTol = 1e-3;
-
-#define ASSERT_OK(expr)                               \
-  do {                                                \
-    const ::attnrt::Status s_ = (expr);               \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
-  } while (0)
-
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU kernel test not run"
-
-ModelShape Shape(int h, int hkv, int d, int bs, int layers, int max_context) {
-  ModelShape s;
-  s.num_layers = layers;
-  s.num_q_heads = h;
-  s.num_kv_heads = hkv;
-  s.head_dim = d;
-  s.block_size = bs;
-  s.max_context = max_context;
-  return s;
-}
 
 const DecodeVariant& Variant(const std::string& name) {
   auto v = FindDecodeVariant(name);
@@ -119,18 +97,6 @@ CaseLaunch ConfigCase(const SplitKvLaunchConfig& config) {
   return CaseLaunch{&Variant("split_kv"), config};
 }
 
-// A workspace of the plan's size poisoned with 0xFF bytes (NaN floats): a merge that reads a
-// partial nobody wrote shows up as NaN.
-Status MakeWorkspace(const DecodePlan& plan, DeviceArray<char>* storage, DecodeWorkspace* ws) {
-  ATTNRT_RETURN_IF_ERROR(storage->Allocate(plan.workspace_bytes));
-  if (plan.workspace_bytes > 0) {
-    ATTNRT_CUDA_RETURN(cudaMemset(storage->get(), 0xFF, plan.workspace_bytes));
-  }
-  ws->data = storage->get();
-  ws->bytes = plan.workspace_bytes;
-  return Status::Ok();
-}
-
 // Runs append + decode for `host` on the device and compares with the reference run on `host`
 // (which this updates with the reference's append and outputs).
 void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const std::string& what) {
@@ -152,12 +118,7 @@ void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const 
   };
   EXPECT_TRUE(same_bits(k_pool, host.k_pool)) << "K pool differs from the reference append";
   EXPECT_TRUE(same_bits(v_pool, host.v_pool)) << "V pool differs from the reference append";
-  const testing::OutputError e = testing::CompareOutput(host, out, ref_out);
-  EXPECT_EQ(e.non_finite, 0) << "outputs not written or NaN read";
-  EXPECT_LE(e.max_abs, kMaxAbs);
-  EXPECT_LE(e.rel_l2, kRelL2);
-  EXPECT_LE(testing::MaxLseError(host, lse, host.lse), kLseTol);
-  EXPECT_TRUE(testing::PaddedRowsUntouched(host, out, lse)) << "a padded row was written";
+  testing::ExpectOutputMatchesReference(host, out, lse, ref_out, host.lse);
 }
 
 
@@ -172,7 +133,7 @@ void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vecto
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     DeviceArray<char> ws_storage;
     DecodeWorkspace ws;
-    ASSERT_OK(MakeWorkspace(*plan, &ws_storage, &ws));
+    ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
     CaseCublas cublas;
     ASSERT_OK(cublas.CreateFor(*plan));
     ASSERT_OK(launch.Run(mode, *plan, dev, ws, cublas, nullptr));
@@ -195,7 +156,8 @@ TEST_P(DecodeSweepTest, MatchesReference) {
   SKIP_WITHOUT_GPU();
   const auto& [name, d, bs, group] = GetParam();
   const int hkv = 2;
-  const ModelShape shape = Shape(group * hkv, hkv, d, bs, /*layers=*/2, /*max_context=*/2048);
+  const ModelShape shape =
+      DecodeShape(group * hkv, hkv, d, bs, /*layers=*/2, /*max_context=*/2048);
   // Block boundaries (k*bs, k*bs + 1), length 1, a padding row, a short and two long contexts
   // (the long ones split in split_kv, the short ones do not).
   const std::vector<int> lengths = {1, bs, bs + 1, 0, 3 * bs, 3 * bs + 1, 300, 1500, 2048};
@@ -227,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The known failure class of captured decode: the graph is captured while every context is
 // short (nothing splits), then replayed after the contexts grew long (most rows split).
 void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
-  const ModelShape shape = Shape(8, 2, 128, 16, 2, 8192);
+  const ModelShape shape = DecodeShape(8, 2, 128, 16, 2, 8192);
   const std::vector<int> long_lengths = {8000, 40, 5000, 0, 6100, 2};
   const std::vector<int> short_lengths = {3, 17, 16, 0, 1, 2};
   PagedBatch host_long = MakePagedBatch(shape, long_lengths, {.seed = 19});
@@ -246,7 +208,7 @@ void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   DeviceArray<char> ws_storage;
   DecodeWorkspace ws;
-  ASSERT_OK(MakeWorkspace(*plan, &ws_storage, &ws));
+  ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
   CaseCublas cublas;
   ASSERT_OK(cublas.CreateFor(*plan));
   cudaStream_t stream;
@@ -288,26 +250,26 @@ class DecodeEdgeTest : public ::testing::TestWithParam<std::string> {
 TEST_P(DecodeEdgeTest, LengthOneEverywhere) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> lengths(16, 1);
-  RunCase(variant(), Shape(16, 4, 128, 16, 3, 4096), lengths, {.seed = 11});
+  RunCase(variant(), DecodeShape(16, 4, 128, 16, 3, 4096), lengths, {.seed = 11});
 }
 
 TEST_P(DecodeEdgeTest, Context32k) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> lengths = {32768, 32767, 16385};
-  RunCase(variant(), Shape(4, 1, 128, 16, 1, 32768), lengths, {.seed = 12});
+  RunCase(variant(), DecodeShape(4, 1, 128, 16, 1, 32768), lengths, {.seed = 12});
 }
 
 TEST_P(DecodeEdgeTest, Context128k) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> lengths = {131072};
-  RunCase(variant(), Shape(2, 1, 128, 64, 1, 131072), lengths, {.seed = 13});
+  RunCase(variant(), DecodeShape(2, 1, 128, 64, 1, 131072), lengths, {.seed = 13});
 }
 
 TEST_P(DecodeEdgeTest, PeakySoftmax) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> lengths = {7, 64, 65, 1000, 3001};
   PagedBatchOptions opt{.seed = 14, .q_scale = 20.0f};
-  RunCase(variant(), Shape(8, 2, 128, 16, 2, 4096), lengths, opt);
+  RunCase(variant(), DecodeShape(8, 2, 128, 16, 2, 4096), lengths, opt);
 }
 
 TEST_P(DecodeEdgeTest, MixedLengths1To4096) {
@@ -318,7 +280,7 @@ TEST_P(DecodeEdgeTest, MixedLengths1To4096) {
   lengths[3] = 1;
   lengths[9] = 4096;
   lengths[20] = 0;  // padding in the middle
-  RunCase(variant(), Shape(8, 2, 128, 16, 4, 4096), lengths, {.seed = 16});
+  RunCase(variant(), DecodeShape(8, 2, 128, 16, 4, 4096), lengths, {.seed = 16});
 }
 
 // Capacity large enough that split_kv's grid has one split per (batch row, kv head): no merge.
@@ -327,7 +289,7 @@ TEST_P(DecodeEdgeTest, LargeBatchUnsplit) {
   testing::NormalRng rng(17);
   std::vector<int> lengths(96);
   for (int& len : lengths) len = rng.NextInt(1, 700);
-  RunCase(variant(), Shape(32, 8, 64, 32, 2, 1024), lengths, {.seed = 18});
+  RunCase(variant(), DecodeShape(32, 8, 64, 32, 2, 1024), lengths, {.seed = 18});
 }
 
 TEST_P(DecodeEdgeTest, GraphCapturedShortReplayedLong) {
@@ -343,7 +305,7 @@ TEST_P(DecodeEdgeTest, GraphCapturedShortReplayedLong) {
 TEST_P(DecodeEdgeTest, UnsupportedShapesAndBadViewsAreRefusedAndWriteNothing) {
   SKIP_WITHOUT_GPU();
   const DecodeVariant& v = variant();
-  const ModelShape good = Shape(8, 2, 128, 16, 1, 1024);
+  const ModelShape good = DecodeShape(8, 2, 128, 16, 1, 1024);
   const std::vector<int> lengths = {5, 9};
   PagedBatch host = MakePagedBatch(good, lengths, {.seed = 21});
   DevicePagedBatch dev;
@@ -386,7 +348,7 @@ TEST_P(DecodeEdgeTest, UnsupportedShapesAndBadViewsAreRefusedAndWriteNothing) {
   const DecodeRunContext context{nullptr, cublas.get()};
   DeviceArray<char> ws_storage;
   DecodeWorkspace ws;
-  ASSERT_OK(MakeWorkspace(*plan, &ws_storage, &ws));
+  ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
   auto expect_refused = [&](const DecodeBatchView& batch, DecodeWorkspace workspace,
                             const char* field) {
     const Status s = v.run(*plan, batch, dev.pools(), workspace, context);
@@ -427,7 +389,7 @@ TEST_P(DecodeEdgeTest, PlansAreDeterministic) {
   const DecodeVariant& v = variant();
   const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
   ASSERT_TRUE(device.ok()) << device.status().ToString();
-  const DecodePlanRequest request{Shape(32, 8, 128, 16, 1, 32768), 4, 0,
+  const DecodePlanRequest request{DecodeShape(32, 8, 128, 16, 1, 32768), 4, 0,
                                   DecodeStep::kAppendAndDecode, *device};
   const StatusOr<DecodePlan> a = v.plan(request);
   const StatusOr<DecodePlan> b = v.plan(request);
@@ -459,7 +421,7 @@ TEST_P(LaunchConfigTest, MatchesReference) {
   const int hkv = 2;
   // max_context 8192: with min_split_tokens 128 a full-length context reaches the 64-split cap,
   // and the host pools stay small (the 32k and 128k cases run in DecodeEdgeTest).
-  const ModelShape shape = Shape(group * hkv, hkv, d, 16, 1, 8192);
+  const ModelShape shape = DecodeShape(group * hkv, hkv, d, 16, 1, 8192);
   if (warps == 8 && d == 256) {
     const Status s = CheckLaunchConfig(SplitKvFamily::kTensorCore, config, d);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -500,7 +462,7 @@ TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
   if (TunedLaunchTable().empty()) GTEST_SKIP() << "the tuned table has no rows yet";
   for (const TunedLaunchRow& row : TunedLaunchTable()) {
     const int hkv = 2;
-    const ModelShape shape = Shape(row.group * hkv, hkv, row.head_dim, 16, 1, 2048);
+    const ModelShape shape = DecodeShape(row.group * hkv, hkv, row.head_dim, 16, 1, 2048);
     // The row's own work item count (capped to keep the FP64 reference quick).
     const int capacity = std::clamp((row.min_work + hkv - 1) / hkv, 3, 256);
     std::vector<int> lengths(capacity, 0);
@@ -526,14 +488,14 @@ TEST_P(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
     EXPECT_TRUE(plan.ok()) << plan.status().ToString();
     return plan.ok() ? plan->split_kv : SplitKvPlan{};
   };
-  const SplitKvPlan plan = split_plan(Shape(4, 2, 128, 16, 2, 2048), 10);
+  const SplitKvPlan plan = split_plan(DecodeShape(4, 2, 128, 16, 2, 2048), 10);
   EXPECT_GT(SplitRow(1500, plan).num_splits, 1);
   EXPECT_EQ(SplitRow(17, plan).num_splits, 1);  // the block-boundary cases stay whole
-  const SplitKvPlan gplan = split_plan(Shape(8, 2, 128, 16, 2, 8192), 6);
+  const SplitKvPlan gplan = split_plan(DecodeShape(8, 2, 128, 16, 2, 8192), 6);
   EXPECT_EQ(SplitRow(17, gplan).num_splits, 1);
   EXPECT_GT(SplitRow(8000, gplan).num_splits, 1);
-  EXPECT_EQ(split_plan(Shape(32, 8, 64, 32, 2, 1024), 96).max_splits, 1);
-  const SplitKvPlan long_plan = split_plan(Shape(2, 1, 128, 64, 1, 131072), 1);
+  EXPECT_EQ(split_plan(DecodeShape(32, 8, 64, 32, 2, 1024), 96).max_splits, 1);
+  const SplitKvPlan long_plan = split_plan(DecodeShape(2, 1, 128, 64, 1, 131072), 1);
   EXPECT_GT(SplitRow(131072, long_plan).num_splits, 8);
 }
 

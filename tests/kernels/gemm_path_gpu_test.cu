@@ -22,6 +22,7 @@
 #include "kernels/decode.h"
 #include "kernels/gemm_baselines.h"
 #include "kernels/gemm_path.h"
+#include "tests/support/decode_checks.h"
 #include "tests/support/gemm_device_batch.h"
 #include "tests/support/paged_batch.h"
 
@@ -30,13 +31,13 @@ namespace {
 
 using testing::DeviceBatch;
 using testing::DeviceBytes;
+using testing::kLseTol;
+using testing::kMaxAbs;
+using testing::kRelL2;
 using testing::MakePagedBatch;
 using testing::PagedBatch;
 using testing::PagedBatchOptions;
 
-constexpr double kMaxAbs = 2e-3;
-constexpr double kRelL2 = 1e-3;
-constexpr double kLseTol = 1e-3;
 // Threads that draw a long-context batch's K/V (a fixed count, so a seed gives the same numbers
 // on every machine) and that share the FP64 reference's rows.
 constexpr int kFillThreads = 16;
@@ -125,12 +126,7 @@ class GemmPathGpuTest : public ::testing::Test {
 
     const std::vector<Half> got = dev.DownloadOut();
     const std::vector<float> got_lse = dev.DownloadLse();
-    const testing::OutputError e = testing::CompareOutput(host, got, ref_f32);
-    EXPECT_EQ(e.non_finite, 0) << what;
-    EXPECT_LE(e.max_abs, kMaxAbs) << what;
-    EXPECT_LE(e.rel_l2, kRelL2) << what;
-    EXPECT_LE(testing::MaxLseError(host, got_lse, ref_lse), kLseTol) << what;
-    EXPECT_TRUE(testing::PaddedRowsUntouched(host, got, got_lse)) << what;
+    testing::ExpectOutputMatchesReference(host, got, got_lse, ref_f32, ref_lse, what);
   }
 
   // Long-context batches (a LongShape: one layer), K/V drawn on kFillThreads threads.

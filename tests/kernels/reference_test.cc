@@ -22,14 +22,7 @@ using testing::PagedBatch;
 using testing::PagedBatchOptions;
 
 ModelShape Shape(int h, int hkv, int d, int bs, int layers = 1, int max_context = 4096) {
-  ModelShape s;
-  s.num_layers = layers;
-  s.num_q_heads = h;
-  s.num_kv_heads = hkv;
-  s.head_dim = d;
-  s.block_size = bs;
-  s.max_context = max_context;
-  return s;
+  return testing::DecodeShape(h, hkv, d, bs, layers, max_context);
 }
 
 void SetRow(Half* row, int d, float value) {

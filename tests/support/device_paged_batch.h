@@ -1,6 +1,6 @@
 // Device mirror of a host PagedBatch (tests/support/paged_batch.h) for GPU tests and benchmarks:
-// RAII device arrays, upload of every input, download of out/lse/pools. CUDA translation units
-// only. Errors come back as Status (callers ASSERT on them).
+// RAII device arrays, upload of every input, download of out/lse/pools, a poisoned workspace.
+// CUDA translation units only. Errors come back as Status (callers ASSERT on them).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/internal/cuda_check.h"
+#include "kernels/decode.h"
 #include "kernels/views.h"
 #include "tests/support/paged_batch.h"
 
@@ -55,6 +56,7 @@ class DeviceArray {
     return Status::Ok();
   }
   T* get() const { return data_; }
+  T* data() const { return data_; }  // as a vector's, for PoolViewOf and BatchViewOf
   std::size_t size() const { return size_; }
 
  private:
@@ -66,7 +68,7 @@ class DeviceArray {
 struct DevicePagedBatch {
   ModelShape shape;
   int capacity = 0, num_blocks = 0, max_blocks_per_seq = 0;
-  float scale = 1.0f;
+  float scale = 1.0f;  // shape.scale()
   DeviceArray<Half> k_pool, v_pool, q, k_new, v_new, out;
   DeviceArray<std::int32_t> kv_lengths, layers, block_tables;
   DeviceArray<float> lse;
@@ -91,33 +93,21 @@ struct DevicePagedBatch {
     ATTNRT_RETURN_IF_ERROR(lse.Upload(h.lse));
     return Status::Ok();
   }
-  kernels::KvPoolView pools() const {
-    kernels::KvPoolView p;
-    p.k = k_pool.get();
-    p.v = v_pool.get();
-    p.num_layers = shape.num_layers;
-    p.num_blocks = num_blocks;
-    p.num_kv_heads = shape.num_kv_heads;
-    p.block_size = shape.block_size;
-    p.head_dim = shape.head_dim;
-    return p;
-  }
-  kernels::DecodeBatchView view() const {
-    kernels::DecodeBatchView b;
-    b.capacity = capacity;
-    b.num_q_heads = shape.num_q_heads;
-    b.max_blocks_per_seq = max_blocks_per_seq;
-    b.kv_lengths = kv_lengths.get();
-    b.layers = layers.get();
-    b.block_tables = block_tables.get();
-    b.q = q.get();
-    b.k_new = k_new.get();
-    b.v_new = v_new.get();
-    b.out = out.get();
-    b.lse = lse.get();
-    b.scale = scale;
-    return b;
-  }
+  kernels::KvPoolView pools() const { return PoolViewOf(*this); }
+  kernels::DecodeBatchView view() const { return BatchViewOf(*this); }
 };
+
+// A workspace of the plan's size poisoned with 0xFF bytes (NaN floats): a merge that reads a
+// partial nobody wrote shows up as NaN.
+inline Status MakePoisonedWorkspace(const kernels::DecodePlan& plan, DeviceArray<char>* storage,
+                                    kernels::DecodeWorkspace* ws) {
+  ATTNRT_RETURN_IF_ERROR(storage->Allocate(plan.workspace_bytes));
+  if (plan.workspace_bytes > 0) {
+    ATTNRT_CUDA_RETURN(cudaMemset(storage->get(), 0xFF, plan.workspace_bytes));
+  }
+  ws->data = storage->get();
+  ws->bytes = plan.workspace_bytes;
+  return Status::Ok();
+}
 
 }  // namespace attnrt::testing

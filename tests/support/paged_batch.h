@@ -19,6 +19,19 @@
 
 namespace attnrt::testing {
 
+// A decode shape from a case's numbers, in the order the kernel tests name them.
+inline ModelShape DecodeShape(int num_q_heads, int num_kv_heads, int head_dim, int block_size,
+                              int num_layers, int max_context) {
+  ModelShape s;
+  s.num_layers = num_layers;
+  s.num_q_heads = num_q_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.block_size = block_size;
+  s.max_context = max_context;
+  return s;
+}
+
 struct PagedBatchOptions {
   std::uint64_t seed = 1;
   int capacity = 0;        // rows; 0 means lengths.size(). Rows past lengths are padding.
@@ -29,6 +42,39 @@ struct PagedBatchOptions {
   // than with 1). Long-context tests draw gigabytes of K/V.
   int fill_threads = 1;
 };
+
+// The kernel views of a batch over its arrays, one copy for the host batch below and its device
+// mirror (tests/support/device_paged_batch.h): `b` has the geometry (shape, capacity, num_blocks,
+// max_blocks_per_seq) and arrays whose data() is their first element.
+template <typename Batch>
+kernels::KvPoolView PoolViewOf(Batch& b) {
+  kernels::KvPoolView p;
+  p.k = b.k_pool.data();
+  p.v = b.v_pool.data();
+  p.num_layers = b.shape.num_layers;
+  p.num_blocks = b.num_blocks;
+  p.num_kv_heads = b.shape.num_kv_heads;
+  p.block_size = b.shape.block_size;
+  p.head_dim = b.shape.head_dim;
+  return p;
+}
+template <typename Batch>
+kernels::DecodeBatchView BatchViewOf(Batch& b) {
+  kernels::DecodeBatchView v;
+  v.capacity = b.capacity;
+  v.num_q_heads = b.shape.num_q_heads;
+  v.max_blocks_per_seq = b.max_blocks_per_seq;
+  v.kv_lengths = b.kv_lengths.data();
+  v.layers = b.layers.data();
+  v.block_tables = b.block_tables.data();
+  v.q = b.q.data();
+  v.k_new = b.k_new.data();
+  v.v_new = b.v_new.data();
+  v.out = b.out.data();
+  v.lse = b.lse.data();
+  v.scale = b.shape.scale();
+  return v;
+}
 
 // Owns host memory; pools() and view() are views into it (valid while the batch lives and is
 // not resized).
@@ -44,33 +90,8 @@ struct PagedBatch {
   std::vector<Half> q, k_new, v_new, out;    // [capacity][H or Hkv][D]
   std::vector<float> lse;                    // [capacity][H]
 
-  kernels::KvPoolView pools() {
-    kernels::KvPoolView p;
-    p.k = k_pool.data();
-    p.v = v_pool.data();
-    p.num_layers = shape.num_layers;
-    p.num_blocks = num_blocks;
-    p.num_kv_heads = shape.num_kv_heads;
-    p.block_size = shape.block_size;
-    p.head_dim = shape.head_dim;
-    return p;
-  }
-  kernels::DecodeBatchView view() {
-    kernels::DecodeBatchView b;
-    b.capacity = capacity;
-    b.num_q_heads = shape.num_q_heads;
-    b.max_blocks_per_seq = max_blocks_per_seq;
-    b.kv_lengths = kv_lengths.data();
-    b.layers = layers.data();
-    b.block_tables = block_tables.data();
-    b.q = q.data();
-    b.k_new = k_new.data();
-    b.v_new = v_new.data();
-    b.out = out.data();
-    b.lse = lse.data();
-    b.scale = shape.scale();
-    return b;
-  }
+  kernels::KvPoolView pools() { return PoolViewOf(*this); }
+  kernels::DecodeBatchView view() { return BatchViewOf(*this); }
   // Element offset of token t (kv head h) of a batch row in its layer's pool.
   std::int64_t TokenOffset(int batch_row, int t, int h) {
     const int block = block_tables[static_cast<std::size_t>(batch_row) * max_blocks_per_seq +
