@@ -22,6 +22,7 @@
 #include "tests/support/dense_attention.h"
 #include "tests/support/moodycamel_tsan.h"  // the scheduler's queue under TSan
 #include "tests/support/random_fp16.h"
+#include "tests/support/runtime_test_support.h"
 
 namespace attnrt {
 namespace {
@@ -29,7 +30,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::DenseKv;
-using testing::FillNormal;
+using testing::Normal;
 using testing::NormalRng;
 
 constexpr int kBlockSize = 16;
@@ -40,12 +41,6 @@ constexpr auto kHangBound = seconds(20);
 
 bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
-}
-
-std::vector<Half> Normal(NormalRng& rng, std::size_t n) {
-  std::vector<Half> v(n);
-  FillNormal(v, rng);
-  return v;
 }
 
 // One accepted request's delivery: how many times its callback ran and what it got.
@@ -106,12 +101,7 @@ class RuntimeFaultsTest : public ::testing::Test {
   StatusOr<RequestHandle> SubmitStep(SequenceId id, int layer, Delivery* d, bool track = true,
                                      DoneCallback callback = nullptr) {
     auto q = Normal(rng_, q_elems_), k = Normal(rng_, kv_elems_), v = Normal(rng_, kv_elems_);
-    DecodeRequest req;
-    req.sequence_id = id;
-    req.layer = layer;
-    req.q = q;
-    req.k = k;
-    req.v = v;
+    DecodeRequest req = testing::MakeDecodeRequest(id, layer, q, k, v);
     if (track) {
       DenseKv& m = mirror_[{id, layer}];
       m.Append(k, v);
@@ -418,12 +408,7 @@ TEST_F(RuntimeFaultsTest, BlockingCallbackHoldsOnlyItsOwnCompletionThread) {
           ASSERT_TRUE(ds[t * 8 + i]->Wait(kHangBound));
         } else {
           auto q = Normal(rng_, q_elems_), k = Normal(rng_, kv_elems_), v = Normal(rng_, kv_elems_);
-          DecodeRequest req;
-          req.sequence_id = id;
-          req.layer = layer;
-          req.q = q;
-          req.k = k;
-          req.v = v;
+          DecodeRequest req = testing::MakeDecodeRequest(id, layer, q, k, v);
           DenseKv& m = mirror_[{id, layer}];
           m.Append(k, v);
           ds[t * 8 + i] = std::make_unique<Delivery>();

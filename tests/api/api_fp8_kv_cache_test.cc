@@ -143,12 +143,7 @@ TEST_P(Fp8DecodeTest, MatchesTheFp64ReferenceOverTheDequantisedCache) {
       for (std::size_t seq = 0; seq < prompts.size(); ++seq) {
         qs.push_back(Normal(rng, qn));
         auto k = Normal(rng, kv), v = Normal(rng, kv);
-        DecodeRequest req;
-        req.sequence_id = seq;
-        req.layer = layer;
-        req.q = qs.back();
-        req.k = k;
-        req.v = v;
+        DecodeRequest req = testing::MakeDecodeRequest(seq, layer, qs.back(), k, v);
         auto sub = rt.Submit(req);
         ASSERT_TRUE(sub.ok()) << sub.status().ToString();
         subs.push_back(std::move(*sub));
@@ -215,12 +210,7 @@ TEST_P(Fp8ExecutorTest, PrefillForkAndCopyOnWriteKeepParentAndChildApart) {
 
   auto decode = [&](SequenceId id, int layer, std::vector<DenseKv>* mirror) {
     auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
-    DecodeRequest req;
-    req.sequence_id = id;
-    req.layer = layer;
-    req.q = q;
-    req.k = k;
-    req.v = v;
+    DecodeRequest req = testing::MakeDecodeRequest(id, layer, q, k, v);
     auto sub = rt.Submit(req);
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
     AppendDequantised(s, layer, k, v, &(*mirror)[layer]);

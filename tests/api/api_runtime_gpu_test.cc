@@ -57,12 +57,7 @@ TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
         for (int layer = 0; layer < s.num_layers; ++layer) {
           for (int seq = t; seq < kSequences; seq += kThreads) {
             auto q = Normal(trng, qn), k = Normal(trng, kv), v = Normal(trng, kv);
-            DecodeRequest req;
-            req.sequence_id = seq;
-            req.layer = layer;
-            req.q = q;
-            req.k = k;
-            req.v = v;
+            DecodeRequest req = testing::MakeDecodeRequest(seq, layer, q, k, v);
             auto sub = rt_->Submit(req);
             ASSERT_TRUE(sub.ok()) << sub.status().ToString();
             mirror[seq][layer].Append(k, v);
@@ -104,12 +99,7 @@ TEST_P(RuntimeTest, PipelinedStepsFromOneThreadRunInSubmissionOrder) {
   std::vector<ResultFuture> results;
   for (int i = 0; i < kSteps; ++i) {
     auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
-    DecodeRequest req;
-    req.sequence_id = 3;
-    req.layer = 1;
-    req.q = q;
-    req.k = k;
-    req.v = v;
+    DecodeRequest req = testing::MakeDecodeRequest(3, 1, q, k, v);
     auto sub = rt_->Submit(req);
     ASSERT_TRUE(sub.ok()) << sub.status().ToString();
     results.push_back(std::move(sub->result));

@@ -53,12 +53,7 @@ class SequenceSafetyTest : public testing::RuntimeDeviceTest {
     const ModelShape& s = rt_->shape();
     const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
     auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
-    DecodeRequest req;
-    req.sequence_id = seq;
-    req.layer = layer;
-    req.q = q;
-    req.k = k;
-    req.v = v;
+    DecodeRequest req = testing::MakeDecodeRequest(seq, layer, q, k, v);
     auto sub = rt_->Submit(req);
     if (!sub.ok()) {
       Fail(bad, first_error, "submit: " + sub.status().ToString());
@@ -144,12 +139,7 @@ TEST_P(SequenceSafetyTest, ChurnNeverCorruptsRunningDecodes) {
       // outstanding, accepted the moment its result is visible.
       const std::size_t qn = std::size_t(s.num_q_heads) * s.head_dim;
       auto q = Normal(crng, qn), k = Normal(crng, kv), v = Normal(crng, kv);
-      DecodeRequest req;
-      req.sequence_id = id;
-      req.layer = round % s.num_layers;
-      req.q = q;
-      req.k = k;
-      req.v = v;
+      DecodeRequest req = testing::MakeDecodeRequest(id, round % s.num_layers, q, k, v);
       auto sub = rt_->Submit(req);
       if (!sub.ok()) {
         Fail(bad, &first_error, "churn submit: " + sub.status().ToString());

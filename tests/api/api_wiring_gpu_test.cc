@@ -78,12 +78,7 @@ class RuntimeWiringTest : public testing::RuntimeDeviceTest {
   }
 
   DecodeRequest Request(std::uint64_t id, int layer, const Step& s) const {
-    DecodeRequest req;
-    req.sequence_id = id;
-    req.layer = layer;
-    req.q = s.q;
-    req.k = s.k;
-    req.v = s.v;
+    DecodeRequest req = testing::MakeDecodeRequest(id, layer, s.q, s.k, s.v);
     return req;
   }
 

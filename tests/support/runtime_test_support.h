@@ -1,12 +1,14 @@
-// What the public-Runtime tests share: N(0,1) FP16 vectors, the small model they run (2 layers,
-// H 8, Hkv 2, D 64, block 16) with its options, and the device parameter (CPU everywhere, CUDA
-// where a GPU is present; the CUDA case skips with its reason elsewhere). Header-only.
+// What the public-Runtime tests share: N(0,1) FP16 vectors, a decode request over them, the small
+// model they run (2 layers, H 8, Hkv 2, D 64, block 16) with its options, and the device parameter
+// (CPU everywhere, CUDA where a GPU is present; the CUDA case skips with its reason elsewhere).
+// Header-only.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,19 @@ inline std::vector<Half> Normal(NormalRng& rng, std::size_t n) {
   std::vector<Half> v(n);
   FillNormal(v, rng);
   return v;
+}
+
+// A decode request of (sequence_id, layer) over q, k, v (which must outlive it); every other
+// field keeps its default.
+inline DecodeRequest MakeDecodeRequest(SequenceId sequence_id, int layer, std::span<const Half> q,
+                                       std::span<const Half> k, std::span<const Half> v) {
+  DecodeRequest req;
+  req.sequence_id = sequence_id;
+  req.layer = layer;
+  req.q = q;
+  req.k = k;
+  req.v = v;
+  return req;
 }
 
 // The small model on `device`: 8 MiB of KV, batches up to 16 in buckets 1..16, a 200 µs window.
