@@ -34,25 +34,22 @@ void DestroyCublas(cublasHandle_t h) {
 }
 }  // namespace detail
 
-StatusOr<DeviceBuffer> DeviceBuffer::Create(std::size_t bytes) {
-  DeviceBuffer b;
+template <CudaMemory kMemory>
+StatusOr<CudaBuffer<kMemory>> CudaBuffer<kMemory>::Create(std::size_t bytes) {
+  CudaBuffer b;
   if (bytes == 0) return b;
   void* p = nullptr;
-  ATTNRT_CUDA_RETURN(cudaMalloc(&p, bytes));
-  b.ptr_ = UniqueCudaHandle<void*, detail::FreeDevice>(p);
+  if constexpr (kMemory == CudaMemory::kDevice) {
+    ATTNRT_CUDA_RETURN(cudaMalloc(&p, bytes));
+  } else {
+    ATTNRT_CUDA_RETURN(cudaMallocHost(&p, bytes));
+  }
+  b.ptr_ = decltype(b.ptr_)(p);
   b.bytes_ = bytes;
   return b;
 }
-
-StatusOr<PinnedBuffer> PinnedBuffer::Create(std::size_t bytes) {
-  PinnedBuffer b;
-  if (bytes == 0) return b;
-  void* p = nullptr;
-  ATTNRT_CUDA_RETURN(cudaMallocHost(&p, bytes));
-  b.ptr_ = UniqueCudaHandle<void*, detail::FreePinned>(p);
-  b.bytes_ = bytes;
-  return b;
-}
+template class CudaBuffer<CudaMemory::kDevice>;
+template class CudaBuffer<CudaMemory::kPinnedHost>;
 
 StatusOr<Stream> Stream::Create() {
   cudaStream_t s = nullptr;

@@ -44,9 +44,21 @@ class UniqueCudaHandle {
   T handle_{};
 };
 
+// Where a CudaBuffer lives: device memory (cudaMalloc), or page-locked host memory
+// (cudaMallocHost: the source and target of graph memcpy nodes).
+enum class CudaMemory { kDevice, kPinnedHost };
+
 namespace detail {
 void FreeDevice(void* p);
 void FreePinned(void* p);
+template <CudaMemory kMemory>
+void FreeBuffer(void* p) {
+  if constexpr (kMemory == CudaMemory::kDevice) {
+    FreeDevice(p);
+  } else {
+    FreePinned(p);
+  }
+}
 void DestroyStream(cudaStream_t s);
 void DestroyEvent(cudaEvent_t e);
 void DestroyGraph(cudaGraph_t g);
@@ -54,11 +66,12 @@ void DestroyGraphExec(cudaGraphExec_t g);
 void DestroyCublas(cublasHandle_t h);
 }  // namespace detail
 
-// A cudaMalloc'd region of `bytes()` bytes.
-class DeviceBuffer {
+// A region of `bytes()` bytes of `kMemory`.
+template <CudaMemory kMemory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  static StatusOr<DeviceBuffer> Create(std::size_t bytes);
+  CudaBuffer() = default;
+  static StatusOr<CudaBuffer> Create(std::size_t bytes);
 
   void* data() const { return ptr_.get(); }
   template <typename T>
@@ -68,27 +81,11 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
 
  private:
-  UniqueCudaHandle<void*, detail::FreeDevice> ptr_;
+  UniqueCudaHandle<void*, detail::FreeBuffer<kMemory>> ptr_;
   std::size_t bytes_ = 0;
 };
-
-// Page-locked host memory (cudaMallocHost): the source and target of graph memcpy nodes.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  static StatusOr<PinnedBuffer> Create(std::size_t bytes);
-
-  void* data() const { return ptr_.get(); }
-  template <typename T>
-  T* as(std::size_t byte_offset = 0) const {
-    return reinterpret_cast<T*>(static_cast<char*>(ptr_.get()) + byte_offset);
-  }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  UniqueCudaHandle<void*, detail::FreePinned> ptr_;
-  std::size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaBuffer<CudaMemory::kDevice>;
+using PinnedBuffer = CudaBuffer<CudaMemory::kPinnedHost>;
 
 // A non-blocking stream (no implicit sync with the legacy default stream).
 class Stream {
