@@ -328,6 +328,8 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   DeviceArray<char> ws_storage;
   bench::CheckOk(ws_storage.Allocate(plan.workspace_bytes), "ws_storage.Allocate");
   const DecodeWorkspace ws{ws_storage.get(), plan.workspace_bytes};
+  bench::CheckOk(PrepareDecodeWorkspace(plan, ws, nullptr), "PrepareDecodeWorkspace");
+  bench::Check(cudaDeviceSynchronize(), "sync after PrepareDecodeWorkspace");
   cublasHandle_t cublas = nullptr;
   if (plan.uses_cublas) bench::Check(cublasCreate(&cublas), "cublasCreate");
 

@@ -120,6 +120,7 @@ void RunPath(benchmark::State& state, int kv_heads, int b, int t, PathMethod met
     const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
     fused_plan = PlanOrExit(v, shape, b, kernels::DecodeStep::kDecode);
     ws = std::make_unique<DeviceAlloc>(fused_plan.workspace_bytes);
+    CheckOk(kernels::PrepareDecodeWorkspace(fused_plan, ws->ws(), ctx.stream), "prepare");
     enqueue = [&, run = v.run] {
       CheckOk(run(fused_plan, data.batch, data.pools, ws->ws(), {ctx.stream, nullptr}),
               "fused run");
@@ -209,6 +210,7 @@ void RunStages(benchmark::State& state, int b, int t, const std::string& which) 
     const kernels::DecodeVariant& v = kernels::DefaultDecodeVariant();
     fused_plan = PlanOrExit(v, shape, b, kernels::DecodeStep::kDecode);
     ws = std::make_unique<DeviceAlloc>(fused_plan.workspace_bytes);
+    CheckOk(kernels::PrepareDecodeWorkspace(fused_plan, ws->ws(), ctx.stream), "prepare");
     enqueue = [&, run = v.run] {
       CheckOk(run(fused_plan, data.batch, data.pools, ws->ws(), {ctx.stream, nullptr}),
               "fused run");

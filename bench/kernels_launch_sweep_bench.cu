@@ -105,6 +105,8 @@ double TimePlan(const kernels::DecodePlan& plan,
                 const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets, cudaStream_t stream) {
   tools::DeviceMemory ws;
   CheckOk(tools::AllocateDevice(plan.workspace_bytes, &ws), "workspace");
+  CheckOk(kernels::PrepareDecodeWorkspace(plan, {ws.get(), plan.workspace_bytes}, stream),
+          "PrepareDecodeWorkspace");
   const tools::RunTiming timing{.min_steps = kMinSteps, .warmups = 2, .replays = 7};
   const StatusOr<double> us = tools::MedianRunUs(plan, sets, {ws.get(), plan.workspace_bytes},
                                                  {stream, nullptr}, timing);

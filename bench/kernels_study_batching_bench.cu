@@ -68,6 +68,7 @@ void RunBatching(benchmark::State& state, int t, int b, int h, bool fused) {
     ctas = static_cast<double>(b) * shape.num_kv_heads *
            kernels::SplitRow(t, fused_plan.split_kv).num_splits;
     if (ws_bytes) Check(cudaMalloc(&ws, ws_bytes), "malloc ws");
+    CheckOk(kernels::PrepareDecodeWorkspace(fused_plan, {ws, ws_bytes}, ctx.stream), "prepare");
     enqueue = [&, run = v.run] {
       CheckOk(run(fused_plan, dev.batch_view, dev.pools_view, {ws, ws_bytes}, {ctx.stream, nullptr}),
               "fused run");

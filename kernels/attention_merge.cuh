@@ -40,7 +40,7 @@ __device__ __forceinline__ void AddScaled(float4& acc, const float4& part, float
 //   M = max_i m_i,  l = sum_i l_i 2^(m_i - M),  acc = sum_i acc_i 2^(m_i - M).
 // Two passes, the max first, so every weight is <= 1 and computed once (FP32 throughout).
 // m_of(i), l_of(i), acc_of(i) read part i. A compile-time num_parts unrolls both loops; a
-// runtime one (the merge kernel's split count) leaves them rolled, as they were.
+// runtime one (a row's split count) leaves them rolled.
 template <typename Acc, typename MOf, typename LOf, typename AccOf>
 __device__ __forceinline__ AttentionState<Acc> MergeAttentionStates(int num_parts, MOf m_of, LOf l_of,
                                                                     AccOf acc_of) {
@@ -105,8 +105,8 @@ __device__ __forceinline__ void StoreOutput(__half* out_row, float* lse, std::in
   if (d == 0 && lse != nullptr) lse[row] = NaturalLse<kUnits>(s.m, s.l);
 }
 
-// One split's share of a split-KV row for the merge kernel: the normalised FP32 output and the
-// split's LSE in log2 units (the merge weighs splits by 2^(lse_s - max)).
+// One split's share of a split-KV row for the cross-split merge: the normalised FP32 output and
+// the split's LSE in log2 units (the merge weighs splits by 2^(lse_s - max)).
 template <int kHeadDim>
 __device__ __forceinline__ void StorePartial(const SplitKvParams& p, std::int64_t row, int split,
                                              int d, const AttentionState<float>& s) {
@@ -116,7 +116,7 @@ __device__ __forceinline__ void StorePartial(const SplitKvParams& p, std::int64_
 }
 
 // Element d of a split-KV kernel's row: the final output when the row was not split (its one
-// CTA saw every key), else this split's partial.
+// CTA saw every key), else this split's partial (MergeSplitsIfLast then merges them).
 template <int kHeadDim>
 __device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std::int64_t row,
                                                      int split, int num_splits, int d,
@@ -126,6 +126,43 @@ __device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std
         reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
   } else {
     StorePartial<kHeadDim>(p, row, split, d, s);
+  }
+}
+
+// The cross-split merge of both split-KV families, in the decode kernel itself (no merge
+// kernel): after a CTA stored its partials (StoreOutputOrPartial), it counts itself in at its
+// (batch row, kv head)'s counter; the CTA that arrives last merges the `group` q heads' partials
+// of every split into the output (and LSE), and resets the counter to zero for the next run.
+// Called by every thread of the CTA (it has barriers); nothing to do for an unsplit row.
+//   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M),  M = max_s lse_s.
+template <int kHeadDim>
+__device__ __forceinline__ void MergeSplitsIfLast(const SplitKvParams& p, int batch_row,
+                                                  int kv_head, int group, int num_splits) {
+  if (num_splits == 1) return;
+  __threadfence();  // this thread's partials are visible device-wide ...
+  __syncthreads();  // ... for every thread, before the CTA counts in
+  unsigned* counter = p.split_counters + batch_row * (p.num_q_heads / p.group) + kv_head;
+  bool last = false;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(num_splits - 1);
+    if (last) *counter = 0;  // every split has arrived: ready for the next run
+  }
+  if (!__syncthreads_or(last)) return;
+  __threadfence();  // the other splits' partials, read below, are the ones they stored
+  const std::int64_t first_row =
+      static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * group;
+  for (int idx = threadIdx.x; idx < group * kHeadDim; idx += blockDim.x) {
+    const std::int64_t row = first_row + idx / kHeadDim;
+    const int d = idx % kHeadDim;
+    const float* lse = p.partial_lse + row * p.plan.max_splits;
+    const float* out = p.partial_out + row * p.plan.max_splits * kHeadDim + d;
+    // A split's partial is already normalised (its l is 1). __ldcg: from L2, where the other
+    // CTAs' stores are, never from this SM's L1.
+    const AttentionState<float> s = MergeAttentionStates<float>(
+        num_splits, [&](int split) { return __ldcg(lse + split); }, [](int) { return 1.0f; },
+        [&](int split) { return __ldcg(out + split * kHeadDim); });
+    StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(
+        reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
   }
 }
 

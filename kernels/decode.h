@@ -103,8 +103,12 @@ struct DecodePlan {
   bool uses_cublas = false;   // the run needs DecodeRunContext::cublas (the GEMM path)
   DecodeDevice device;
   std::size_t workspace_bytes = 0;  // DecodeWorkspace the run needs (0: none)
+  // The workspace's first bytes that must be zero when a run starts: split-KV's arrival
+  // counters (the split of a row that arrives last merges the row and resets its counter).
+  // Every completed run leaves them zero again; PrepareDecodeWorkspace zeroes them once.
+  // Equal for every split-KV plan of a device, so one workspace serves all of them.
+  std::size_t workspace_zero_bytes = 0;
   KernelLaunch decode;  // the decode kernel (fused paths; the GEMM path's stages are in `gemm`)
-  KernelLaunch merge;   // split-KV: the merge of the splits (fn null when no row can split)
   SplitKvLaunchConfig split_kv_config;  // split-KV paths
   SplitKvPlan split_kv;                 // split-KV paths
   GemmPathPlan gemm;                    // the GEMM path
@@ -139,6 +143,12 @@ struct DecodeVariant {
   Status (*run)(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                 DecodeWorkspace workspace, const DecodeRunContext& context);
 };
+
+// Readies `workspace` for `plan`'s runs: zeroes its first plan.workspace_zero_bytes (enqueued
+// on `stream`). Once after allocating it, and again only after a run that did not complete.
+// InvalidArgument naming the field when the workspace is smaller than the plan's.
+Status PrepareDecodeWorkspace(const DecodePlan& plan, DecodeWorkspace workspace,
+                              cudaStream_t stream);
 
 // Every path, simplest first. The last is the production default.
 std::span<const DecodeVariant> DecodeVariants();

@@ -87,7 +87,7 @@ Status RunGemm(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoo
                DecodeWorkspace workspace, const DecodeRunContext& context);
 
 // ---- split-KV flash-decoding: one CTA per (batch row, kv head, split), all G q heads per CTA
-// Two kernel families share the plan, the workspace, the merge kernel and the run:
+// Two kernel families share the plan, the workspace, the cross-split merge and the run:
 // "split_kv_simt" (CUDA-core FP32 dot products) and "split_kv" (tensor cores, production).
 enum class SplitKvFamily { kSimt, kTensorCore };
 
@@ -180,9 +180,10 @@ struct PagedDecodeParams {
 PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBatchView& batch,
                                         const KvPoolView& pools);
 
-// Kernel arguments shared by both split-KV families and the merge kernel.
+// Kernel arguments shared by both split-KV families.
 struct SplitKvParams : PagedDecodeParams {
   SplitKvPlan plan;
+  unsigned* split_counters;  // [capacity][Hkv] splits arrived; zero between runs
   float* partial_out;  // [capacity][H][max_splits][D]
   float* partial_lse;  // [capacity][H][max_splits], log2 units
   const Half* k_new;   // [capacity][Hkv][D], read when fuse_append

@@ -442,6 +442,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
         static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group + h;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
+  MergeSplitsIfLast<kHeadDim>(p, batch_row, kv_head, p.group, ss.num_splits);
 }
 
 template <int kHeadDim, int kWarps, bool kFp8 = false>

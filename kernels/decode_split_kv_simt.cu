@@ -279,6 +279,7 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
         static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * kGroup + g;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
+  MergeSplitsIfLast<kHeadDim>(p, batch_row, kv_head, kGroup, ss.num_splits);
 }
 
 template <int kHeadDim, bool kFp8>

@@ -165,6 +165,18 @@ Status CheckDevicePointer(const char* name, const void* p, std::size_t alignment
   return Status::Ok();
 }
 
+Status PrepareDecodeWorkspace(const DecodePlan& plan, DecodeWorkspace workspace,
+                              cudaStream_t stream) {
+  if (plan.workspace_zero_bytes == 0) return Status::Ok();
+  if (workspace.data == nullptr || workspace.bytes < plan.workspace_zero_bytes) {
+    return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +
+                                ", expected >= " + std::to_string(plan.workspace_zero_bytes) +
+                                " (the plan's workspace_zero_bytes)");
+  }
+  ATTNRT_CUDA_RETURN(cudaMemsetAsync(workspace.data, 0, plan.workspace_zero_bytes, stream));
+  return Status::Ok();
+}
+
 Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatchView& batch,
                          const KvPoolView& pools, DecodeWorkspace workspace,
                          std::size_t workspace_bytes, bool reads_new_kv) {

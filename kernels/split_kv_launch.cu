@@ -1,11 +1,11 @@
 // What both split-KV families share: the plan (kernel, grid and splits for a (shape, capacity,
-// device, launch configuration)), the workspace layout, the merge kernel, and the run
-// (programmatic dependent launch for the decode and merge kernels).
+// device, launch configuration)), the workspace layout (arrival counters, partials) and the run
+// (one decode kernel, launched with programmatic dependent launch; the split of a row that
+// arrives last merges the row, attention_merge.cuh's MergeSplitsIfLast).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
-#include "kernels/attention_merge.cuh"
 #include "api/internal/cuda_check.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
@@ -16,31 +16,6 @@ namespace {
 constexpr int kMaxSplits = 64;
 // Dynamic shared memory a kernel gets without opting in (cudaFuncSetAttribute).
 constexpr int kDefaultDynamicSmemBytes = 48 * 1024;
-
-// One CTA per (q head, batch row) that was split:
-//   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
-template <int kHeadDim>
-__global__ void __launch_bounds__(kHeadDim / 4) SplitKvMergeKernel(const SplitKvParams p) {
-  WaitForPrerequisiteGrids();  // the partials come from the decode kernel just before
-  const int h = blockIdx.x;
-  const int batch_row = blockIdx.y;
-  const int len = p.kv_lengths[batch_row];
-  if (len <= 0) return;
-  const RowSplit ss = SplitRow(len, p.plan);
-  if (ss.num_splits == 1) return;  // the decode kernel wrote this row's output itself
-  const std::int64_t row = static_cast<std::int64_t>(batch_row) * p.num_q_heads + h;
-  const float* lse = p.partial_lse + row * p.plan.max_splits;
-  const int d = threadIdx.x * 4;
-  // A split's partial is already normalised (its l is 1) and its LSE is in log2 units.
-  const AttentionState<float4> s = MergeAttentionStates<float4>(
-      ss.num_splits, [&](int split) { return lse[split]; }, [](int) { return 1.0f; },
-      [&](int split) {
-        return *reinterpret_cast<const float4*>(
-            p.partial_out + (row * p.plan.max_splits + split) * kHeadDim + d);
-      });
-  StoreOutput<Normalize::kReciprocal, ScoreUnits::kLog2>(
-      reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
-}
 
 StatusOr<SplitKvKernel> KernelFor(SplitKvFamily family, const SplitKvLaunchConfig& config,
                                   const ModelShape& shape) {
@@ -107,15 +82,25 @@ SplitKvPlan SplitsFor(const SplitKvKernel& k, int sm_count, int ctas_per_sm_resi
 
 std::size_t AlignUp(std::size_t x) { return (x + 255) / 256 * 256; }
 
+// Arrival counters a device's split-KV plans provide for: a plan splits only while its work
+// items (capacity * num_kv_heads) stay below sm_count * ctas_per_sm / 2 (ctas_per_sm <= 64) or
+// below sm_count (the occupancy rule), so sm_count * 32 counters serve every plan; the region's
+// size depends on the device alone, and one workspace serves every plan of it.
+constexpr int kSplitCountersPerSm = 32;
+
 struct WorkspaceLayout {
+  std::size_t counter_bytes = 0;  // [capacity][Hkv] arrival counters at the start (zero between runs)
   std::size_t out_bytes = 0;
   std::size_t lse_bytes = 0;
-  std::size_t total() const { return out_bytes + lse_bytes; }
+  std::size_t total() const { return counter_bytes + out_bytes + lse_bytes; }
 };
 
-WorkspaceLayout Layout(const ModelShape& shape, int capacity, const SplitKvPlan& plan) {
+WorkspaceLayout Layout(const ModelShape& shape, int capacity, const SplitKvPlan& plan,
+                       int sm_count) {
   WorkspaceLayout w;
   if (plan.max_splits <= 1 || capacity <= 0) return w;
+  w.counter_bytes = AlignUp(sizeof(unsigned) * static_cast<std::size_t>(sm_count) *
+                            kSplitCountersPerSm);
   const std::size_t rows = static_cast<std::size_t>(capacity) * shape.num_q_heads * plan.max_splits;
   w.out_bytes = AlignUp(rows * shape.head_dim * sizeof(float));
   w.lse_bytes = AlignUp(rows * sizeof(float));
@@ -178,16 +163,19 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
   plan.split_kv = SplitsFor(k, request.device.sm_count, resident, config, shape, plan.capacity);
   plan.fuses_append =
       family == SplitKvFamily::kTensorCore && plan.step == DecodeStep::kAppendAndDecode;
-  plan.workspace_bytes = Layout(shape, plan.capacity, plan.split_kv).total();
+  if (plan.split_kv.max_splits > 1 &&
+      static_cast<long long>(plan.capacity) * shape.num_kv_heads >
+          static_cast<long long>(request.device.sm_count) * kSplitCountersPerSm) {
+    return InternalError("split-KV plan splits " + std::to_string(plan.capacity) + " x " +
+                         std::to_string(shape.num_kv_heads) +
+                         " work items, more than its arrival counters hold");
+  }
+  const WorkspaceLayout layout =
+      Layout(shape, plan.capacity, plan.split_kv, request.device.sm_count);
+  plan.workspace_bytes = layout.total();
+  plan.workspace_zero_bytes = layout.counter_bytes;
   plan.decode = {k.fn, dim3(plan.split_kv.max_splits, shape.num_kv_heads, plan.capacity),
                  k.threads, k.smem_bytes};
-  if (plan.split_kv.max_splits > 1) {  // else no row can split: no merge launch at all
-    plan.merge.grid = dim3(shape.num_q_heads, plan.capacity);
-    plan.merge.threads = shape.head_dim / 4;
-    ATTNRT_RETURN_IF_ERROR(DispatchHeadDim(shape.head_dim, [&](auto d) {
-      plan.merge.fn = reinterpret_cast<const void*>(SplitKvMergeKernel<decltype(d)::value>);
-    }));
-  }
   return plan;
 }
 
@@ -214,16 +202,15 @@ Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const Kv
   p.k_new = batch.k_new;
   p.v_new = batch.v_new;
   p.fuse_append = plan.fuses_append ? 1 : 0;
-  const WorkspaceLayout layout = Layout(plan.shape, plan.capacity, plan.split_kv);
+  const WorkspaceLayout layout =
+      Layout(plan.shape, plan.capacity, plan.split_kv, plan.device.sm_count);
   if (layout.total() > 0) {
-    p.partial_out = static_cast<float*>(workspace.data);
-    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + layout.out_bytes);
+    char* ws = static_cast<char*>(workspace.data);
+    p.split_counters = reinterpret_cast<unsigned*>(ws);
+    p.partial_out = reinterpret_cast<float*>(ws + layout.counter_bytes);
+    p.partial_lse = reinterpret_cast<float*>(ws + layout.counter_bytes + layout.out_bytes);
   }
-  ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(plan.decode, context.stream, &p));
-  if (plan.merge.fn != nullptr) {
-    ATTNRT_RETURN_IF_ERROR(LaunchWithPdl(plan.merge, context.stream, &p));
-  }
-  return Status::Ok();
+  return LaunchWithPdl(plan.decode, context.stream, &p);
 }
 
 #define ATTNRT_SPLIT_KV_VARIANT(family)                                                     \

@@ -142,16 +142,35 @@ Status CudaExecutor::Impl::Init() {
     memory.buffer_device_bytes += buf.dev_in.bytes() + buf.dev_out.bytes();
     memory.pinned_bytes += buf.in.bytes() + buf.out.bytes();
   }
-  // One workspace for every path and bucket: pieces run one after another on one stream.
+  // One workspace for every path and bucket: pieces run one after another on one stream. The
+  // split-KV arrival counters (the same bytes for every split-KV plan of this device) stay
+  // apart from what the other plans write (WorkspaceFor).
+  for (std::size_t p = 0; p < paths.size(); ++p) {
+    for (int b = 0; b < num_buckets(); ++b) {
+      const kernels::DecodePlan& plan = paths[p].plans[b];
+      if (plan.workspace_zero_bytes == 0) continue;
+      if (workspace_zero_bytes != 0 && workspace_zero_bytes != plan.workspace_zero_bytes) {
+        return InternalError("split-KV plans of one device disagree on their counter bytes (" +
+                             std::to_string(workspace_zero_bytes) + " and " +
+                             std::to_string(plan.workspace_zero_bytes) + ")");
+      }
+      workspace_zero_bytes = plan.workspace_zero_bytes;
+    }
+  }
   std::size_t ws = 0;
   for (std::size_t p = 0; p < paths.size(); ++p) {
     for (int b = 0; b < num_buckets(); ++b) {
-      if (runnable[p * num_buckets() + b]) ws = std::max(ws, paths[p].plans[b].workspace_bytes);
+      if (!runnable[p * num_buckets() + b]) continue;
+      const kernels::DecodePlan& plan = paths[p].plans[b];
+      const std::size_t at = plan.workspace_zero_bytes > 0 || plan.workspace_bytes == 0
+                                 ? 0
+                                 : workspace_zero_bytes;
+      ws = std::max(ws, at + plan.workspace_bytes);
     }
   }
   ATTNRT_ASSIGN_OR_RETURN(workspace, DeviceBuffer::Create(ws));
-  // Zeroed once so no kernel ever reads bytes nothing wrote (padded GEMM tiles); results never
-  // depend on it.
+  // Zeroed once: the split-KV counters must start at zero (every run leaves them so), and no
+  // kernel ever reads bytes nothing wrote (padded GEMM tiles).
   if (ws > 0) ATTNRT_CUDA_RETURN(cudaMemset(workspace.data(), 0, ws));
   memory.workspace_bytes = ws;
 

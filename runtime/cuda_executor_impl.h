@@ -225,7 +225,11 @@ struct CudaExecutor::Impl {
   Stream stream;
   CublasHandle cublas;  // for plans that use cuBLAS (the GEMM path) only
   std::vector<PipelineBuffer> buffers;
+  // One workspace for every path and bucket (pieces run one after another on one stream). Its
+  // first workspace_zero_bytes are the split-KV plans' arrival counters (zero between runs);
+  // a plan without counters (the GEMM path) gets the workspace past them (WorkspaceFor).
   DeviceBuffer workspace;
+  std::size_t workspace_zero_bytes = 0;
   std::unique_ptr<kvcache::KvCache> cache;
   DeviceBuffer kv_scales;  // an FP8 cache's scales (KvCache::kv_scales()) for the kernels
   kernels::KvPoolView pools;
@@ -279,6 +283,7 @@ struct CudaExecutor::Impl {
   kernels::DecodeBatchView ViewFor(int bucket, int buffer) const;
   BatchIoArgs IoArgsFor(int bucket, int buffer) const;
   Status EnqueueCompute(int path, int bucket, int buffer);
+  kernels::DecodeWorkspace WorkspaceFor(const kernels::DecodePlan& plan) const;
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
   Status SetEnables(CapturedGraph& g, const NodeEnables& e);

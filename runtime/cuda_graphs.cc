@@ -50,7 +50,15 @@ BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int buffer) const {
 Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int buffer) {
   const DecodePath& p = paths[path];
   return p.variant->run(p.plans[bucket], ViewFor(bucket, buffer), pools,
-                        {workspace.data(), workspace.bytes()}, {stream.get(), cublas.get()});
+                        WorkspaceFor(p.plans[bucket]), {stream.get(), cublas.get()});
+}
+
+kernels::DecodeWorkspace CudaExecutor::Impl::WorkspaceFor(const kernels::DecodePlan& plan) const {
+  if (plan.workspace_zero_bytes > 0 || workspace.bytes() == 0) {
+    return {workspace.data(), workspace.bytes()};
+  }
+  return {static_cast<char*>(workspace.data()) + workspace_zero_bytes,
+          workspace.bytes() - workspace_zero_bytes};
 }
 
 // The same work as one replay, launched op by op (eager mode and warm-up).

@@ -91,6 +91,7 @@ StatusOr<DecodeSpeed> MeasureDecodeSpeed(const DecodeSpeedRequest& request) {
   DeviceMemory workspace;
   ATTNRT_RETURN_IF_ERROR(AllocateDevice(plan.workspace_bytes, &workspace));
   const kernels::DecodeWorkspace ws{workspace.get(), plan.workspace_bytes};
+  ATTNRT_RETURN_IF_ERROR(kernels::PrepareDecodeWorkspace(plan, ws, stream.get()));
   CublasHandle cublas;
   if (plan.uses_cublas) {
     cublasHandle_t h = nullptr;

@@ -275,7 +275,7 @@ inline int StepsPerReplay(const RunTiming& timing, int sets) {
 // replayed timing.warmups times, then timed timing.replays times between two events on
 // context.stream; each replay's time / its runs, the median of those. context.stream must be a
 // created stream (capture refuses the legacy one); context.cublas set where plan.uses_cublas;
-// `workspace` at least plan.workspace_bytes. Run the plan once eagerly before (module loading,
+// `workspace` at least plan.workspace_bytes, prepared (kernels::PrepareDecodeWorkspace). Run the plan once eagerly before (module loading,
 // cuBLAS's kernel choice) to keep that out of the capture. Sets together larger than L2 keep
 // each run from reading K/V the previous one left there. Errors: a run's own (the capture is
 // ended, nothing left half-captured), InvalidArgument for no sets or replays < 1, Internal

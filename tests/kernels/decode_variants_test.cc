@@ -322,15 +322,19 @@ TEST(SplitKvPlanTest, WorkspaceCoversEveryPartial) {
     EXPECT_GT(plan->split_kv.max_splits, 1);
     EXPECT_GE(plan->workspace_bytes,
               static_cast<std::size_t>(plan->split_kv.max_splits) * 32 * (128 + 1) * sizeof(float));
-    EXPECT_NE(plan->merge.fn, nullptr);
+    // The arrival counters of the in-kernel merge come first: one per SM and resident CTA.
+    EXPECT_EQ(plan->workspace_zero_bytes,
+              static_cast<std::size_t>(plan->device.sm_count) * 32 * sizeof(unsigned));
+    EXPECT_GE(plan->workspace_bytes - plan->workspace_zero_bytes,
+              static_cast<std::size_t>(plan->split_kv.max_splits) * 32 * (128 + 1) * sizeof(float));
     EXPECT_EQ(plan->decode.grid.x, static_cast<unsigned>(plan->split_kv.max_splits));
   }
-  s.max_context = 128;  // too short to ever split: no workspace, no merge
+  s.max_context = 128;  // too short to ever split: no workspace, no counters
   const StatusOr<DecodePlan> short_plan =
       PlanSplitKv(SplitKvFamily::kTensorCore, kHostPlannable, Request(s, 1));
   ASSERT_TRUE(short_plan.ok()) << short_plan.status().ToString();
   EXPECT_EQ(short_plan->workspace_bytes, 0u);
-  EXPECT_EQ(short_plan->merge.fn, nullptr);
+  EXPECT_EQ(short_plan->workspace_zero_bytes, 0u);
 }
 
 }  // namespace

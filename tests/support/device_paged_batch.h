@@ -98,7 +98,8 @@ struct DevicePagedBatch {
 };
 
 // A workspace of the plan's size poisoned with 0xFF bytes (NaN floats): a merge that reads a
-// partial nobody wrote shows up as NaN.
+// partial nobody wrote shows up as NaN. Then prepared as every caller must
+// (PrepareDecodeWorkspace: the split-KV arrival counters zeroed).
 inline Status MakePoisonedWorkspace(const kernels::DecodePlan& plan, DeviceArray<char>* storage,
                                     kernels::DecodeWorkspace* ws) {
   ATTNRT_RETURN_IF_ERROR(storage->Allocate(plan.workspace_bytes));
@@ -107,6 +108,8 @@ inline Status MakePoisonedWorkspace(const kernels::DecodePlan& plan, DeviceArray
   }
   ws->data = storage->get();
   ws->bytes = plan.workspace_bytes;
+  ATTNRT_RETURN_IF_ERROR(kernels::PrepareDecodeWorkspace(plan, *ws, nullptr));
+  ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());
   return Status::Ok();
 }
 
