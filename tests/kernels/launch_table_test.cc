@@ -133,12 +133,13 @@ TEST(LaunchTableTest, PlanFollowsTheConfiguration) {
       EXPECT_GE(ss.tiles_per_split * split.tile_tokens, min_split);
     }
   }
-  // 100000 work items outnumber 132 SMs times 1: no split, no merge.
+  // 100000 work items outnumber 132 SMs times 1: no split, no workspace, no counters.
   const StatusOr<DecodePlan> wide = PlanSplitKv(SplitKvFamily::kTensorCore, {4, 1, 256},
                                                 {s, 12500, 0, DecodeStep::kDecode, h100});
   ASSERT_TRUE(wide.ok()) << wide.status().ToString();
   EXPECT_EQ(wide->split_kv.max_splits, 1);
-  EXPECT_EQ(wide->merge.fn, nullptr);
+  EXPECT_EQ(wide->workspace_bytes, 0u);
+  EXPECT_EQ(wide->workspace_zero_bytes, 0u);
   // The SM count is the device's: twice the SMs, twice the splits for a few work items.
   const StatusOr<DecodePlan> small = PlanSplitKv(SplitKvFamily::kTensorCore, {4, 1, 128},
                                                  {s, 2, 0, DecodeStep::kDecode, {-1, 16}});
