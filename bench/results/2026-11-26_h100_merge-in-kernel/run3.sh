@@ -48,8 +48,6 @@ PY
 grep -A12 "winner" "$O/sdpa_compare.txt"
 cd build-gpu
 DF='AllCombos/*D128_bs16*:Variants/DecodeEdgeTest.GraphCaptured*:Variants/DecodeEdgeTest.Peaky*:AllCombos/*D64_bs8_G8*:AllCombos/*D256_bs64_G2*:Settings/*D128_G8_warps8_ctas16_minsplit128:Settings/*D64_G1_warps2_ctas0_minsplit1024:TunedLaunchTableTest.*'
-timeout 90 ./tests/decode_gpu_test --gtest_brief=1 > "$O/decode_gpu_test.log" 2>&1; echo "decode_gpu_test (swept table) rc=$?" | tee -a "$O/record.txt"
-tail -3 "$O/decode_gpu_test.log"
 for tool in memcheck racecheck synccheck initcheck; do
   ( timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 ./tests/decode_gpu_test --gtest_filter="$DF" > "$O/san_$tool.log" 2>&1; echo "san $tool rc=$?" >> "$O/record.txt" ) &
 done
