@@ -46,6 +46,7 @@ struct Options {
   int iterations = 2000;
   double duration_s = 0.5;
   bool quick = false;
+  bool b1_only = false;  // the floor and B=1 rows only (no summary)
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -479,6 +480,7 @@ int Run(const Options& o) {
   Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   const int iters = o.quick ? 300 : o.iterations;
   const double dur = o.quick ? 0.2 : o.duration_s;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured (a long run shows progress)
 
   std::printf("device: %s\n", prop.name);
   std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
@@ -501,6 +503,7 @@ int Run(const Options& o) {
               executor1.p99, executor1.p50 / floor1.p50);
   std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)", callback1.p50,
               callback1.p99, callback1.p50 / floor1.p50);
+  if (o.b1_only) return 0;
   const HostCpu host = MeasureHostCpu(dur);
   std::printf("host cpu per request at B=128: runtime %.3f us (in Submit %.3f), whole process "
               "%.3f us\n", host.runtime_us, host.submit_us, host.process_us);
@@ -564,7 +567,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick]\n"
+          "[--quick] [--b1-only]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -573,7 +576,8 @@ int main(int argc, char** argv) {
           "  --commit SHA     recorded in the summary\n"
           "  --iterations N   latency samples per row (default 2000)\n"
           "  --duration S     seconds per load run (default 0.5)\n"
-          "  --quick          300 samples, 0.2 s runs\n");
+          "  --quick          300 samples, 0.2 s runs\n"
+          "  --b1-only        the floor and B=1 rows only (no host CPU, saturation or summary)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -585,6 +589,8 @@ int main(int argc, char** argv) {
       o.duration_s = std::atof(value("--duration").c_str());
     } else if (a == "--quick") {
       o.quick = true;
+    } else if (a == "--b1-only") {
+      o.b1_only = true;
     } else {
       std::fprintf(stderr, "api_host_path_bench: unknown argument '%s' (--help)\n", a.c_str());
       return 2;
