@@ -195,7 +195,6 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
     {
       MutexLock lock(&mu);
       completions.push_back(std::move(piece));
-      completions_queued.fetch_add(1, std::memory_order_release);
     }
     cv.NotifyAll();
   }

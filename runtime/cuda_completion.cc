@@ -4,22 +4,11 @@
 
 namespace attnrt::runtime {
 
-void CudaExecutor::Impl::PollForCompletion() const {
-  if (options.completion_spin.count() <= 0) return;
-  const Clock::time_point until = Clock::now() + options.completion_spin;
-  while (completions_queued.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
-}
-
 void CudaExecutor::Impl::CompletionLoop() {
   const std::size_t q_row =
       static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim;
   const int h = options.shape.num_q_heads;
   for (;;) {
-    PollForCompletion();
     Piece piece;
     {
       MutexLock lock(&mu);
@@ -27,7 +16,6 @@ void CudaExecutor::Impl::CompletionLoop() {
       if (completions.empty()) return;
       piece = std::move(completions.front());
       completions.pop_front();
-      completions_queued.fetch_sub(1, std::memory_order_relaxed);
     }
     BatchState& b = *piece.batch;
     Status status = piece.launch_status;

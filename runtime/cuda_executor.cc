@@ -275,10 +275,6 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
     return InvalidArgumentError("pack_threads " + std::to_string(options.pack_threads) +
                                 ", expected -1 (auto) .. 64");
   }
-  if (options.completion_spin.count() < 0 || options.completion_spin.count() > 1000000) {
-    return InvalidArgumentError("completion_spin " + std::to_string(options.completion_spin.count()) +
-                                " us, expected 0 .. 1000000");
-  }
   if (options.max_batch_size < 1) {
     return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +
                                 ", expected >= 1");

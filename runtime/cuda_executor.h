@@ -6,7 +6,6 @@
 // No CUDA header here (pimpl), so the scheduler and tests include it freely.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,11 +69,6 @@ struct CudaExecutorOptions {
   // max batch 128; bench/results/2026-11-21_h100_staging-ab/). Try it where host memory is
   // close to the GPU (coherent NVLink-C2C).
   bool offer_staging_memory = false;
-  // Before the completion thread sleeps for the next piece, it polls for one this long: a
-  // submission that arrives meanwhile costs no futex wake-up (several microseconds on a
-  // virtualised host), which a lone request would otherwise pay on top of its step. 0: sleep at
-  // once. The thread polls only while idle, after a piece.
-  std::chrono::microseconds completion_spin{100};
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.

@@ -242,7 +242,6 @@ struct CudaExecutor::Impl {
   Mutex mu;
   CondVar cv;
   std::deque<Piece> completions GUARDED_BY(mu);
-  std::atomic<int> completions_queued{0};  // completions.size(), for the completion thread's poll
   int pending_batches GUARDED_BY(mu) = 0;
   int next_buffer = 0;  // submitting thread only
   bool stop GUARDED_BY(mu) = false;
@@ -295,7 +294,6 @@ struct CudaExecutor::Impl {
   void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
   void Launch(Piece& piece, const NodeEnables& e);
   void CompletionLoop();
-  void PollForCompletion() const;  // CudaExecutorOptions::completion_spin
   void WaitAll() {
     MutexLock lock(&mu);
     while (pending_batches != 0) cv.Wait(lock);
