@@ -94,10 +94,15 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
     if (status.ok()) {
       if (options.mode == LaunchMode::kGraph) {
         CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.buffer);
-        status = SetEnables(g, e);
-        if (status.ok()) {
-          status = CudaStatus(cudaGraphLaunch(g.exec.get(), st), "cudaGraphLaunch", __FILE__,
-                              __LINE__);
+        if (e.host_only()) {
+          status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
+                              __FILE__, __LINE__);
+        } else {
+          status = SetEnables(g, e);
+          if (status.ok()) {
+            status = CudaStatus(cudaGraphLaunch(g.exec.get(), st), "cudaGraphLaunch", __FILE__,
+                                __LINE__);
+          }
         }
       } else {
         status = EnqueueEager(piece.path, piece.bucket_index, piece.buffer, e);

@@ -131,11 +131,19 @@ struct NodeEnables {
   bool d2h = true;        // host-memory outputs present
   bool compute = true;    // append + decode (off only for SetDisabledStagesForBenchmark)
   friend bool operator==(const NodeEnables&, const NodeEnables&) = default;
+  // Host-memory requests only, every stage on: the piece runs CapturedGraph::host_exec.
+  bool host_only() const { return h2d_full && !device_io && d2h && compute; }
 };
 
+// A (path, bucket, pipeline buffer)'s graphs. `exec` holds every optional node (toggled per
+// piece through `enabled`); `host_exec` only H2D -> append + decode -> D2H, what a piece of
+// host-memory requests needs: no disabled nodes on its launch path (H100, B=1: the general
+// graph with its three disabled nodes launched slower than the same work eager).
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;
+  Graph host_graph;
+  GraphExec host_exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
                   d2h = nullptr;
   std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
@@ -286,6 +294,8 @@ struct CudaExecutor::Impl {
   kernels::DecodeWorkspace WorkspaceFor(const kernels::DecodePlan& plan) const;
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
+  // From a clone of the captured compute graph: host_graph/host_exec of `g`.
+  Status AddHostOnlyGraph(cudaGraph_t compute, int bucket, int buffer, CapturedGraph* g);
   Status SetEnables(CapturedGraph& g, const NodeEnables& e);
   Status DrainStream();
 

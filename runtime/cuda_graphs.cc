@@ -95,6 +95,7 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_RETURN_IF_ERROR(enqueued);
   ATTNRT_CUDA_RETURN(ended);
   cudaGraph_t graph = g->graph.get();
+  ATTNRT_RETURN_IF_ERROR(AddHostOnlyGraph(graph, bucket, buffer, g));
 
   std::size_t n = 0;
   ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nullptr, &n));
@@ -134,6 +135,41 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_ASSIGN_OR_RETURN(g->exec, GraphExec::Instantiate(g->graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(g->exec.get(), stream.get()));
   g->enabled.reset();
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::AddHostOnlyGraph(cudaGraph_t compute, int bucket, int buffer,
+                                            CapturedGraph* g) {
+  const BufferLayout& l = layouts[bucket];
+  PipelineBuffer& buf = buffers[buffer];
+  cudaGraph_t raw = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphClone(&raw, compute));
+  g->host_graph = Graph::Adopt(raw);
+  std::size_t n = 0;
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(raw, nullptr, &n));
+  std::vector<cudaGraphNode_t> roots(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(raw, roots.data(), &n));
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(raw, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(raw, nodes.data(), &n));
+  std::vector<cudaGraphNode_t> leaves;
+  for (cudaGraphNode_t node : nodes) {
+    std::size_t out = 0;
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
+    if (out == 0) leaves.push_back(node);
+  }
+  cudaGraphNode_t h2d = nullptr, d2h = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
+                                              buf.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
+  for (cudaGraphNode_t root : roots) {
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &root, nullptr, 1));
+  }
+  if (leaves.empty()) leaves.push_back(h2d);  // (no compute node: the copies in order)
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&d2h, raw, leaves.data(), leaves.size(),
+                                              buf.out.data(), buf.dev_out.data(), l.out_bytes,
+                                              cudaMemcpyDeviceToHost));
+  ATTNRT_ASSIGN_OR_RETURN(g->host_exec, GraphExec::Instantiate(g->host_graph));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(g->host_exec.get(), stream.get()));
   return Status::Ok();
 }
 
