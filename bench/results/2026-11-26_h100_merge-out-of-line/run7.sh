@@ -36,8 +36,12 @@ for s, r in rows.items():
     print(f"{s:26s}" + "".join(f"{r.get(v, 0):9.2f}" for v in vs) + f"  {r.get('new', 0) / best:8.3f}")
 PY
 cd build-gpu
-timeout 150 ./tests/decode_gpu_test --gtest_filter='AllCombos/*split_kv*:Variants/DecodeEdgeTest.*split_kv*:TunedLaunchTableTest.*:Settings/*' > "$O/decode_split.log" 2>&1
-echo "decode split_kv tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' $O/decode_split.log | tr '\n' ' ')" | tee -a "$O/record.txt"
+for i in 0 1 2; do
+  ( GTEST_SHARD_INDEX=$i GTEST_TOTAL_SHARDS=3 timeout 150 ./tests/decode_gpu_test --gtest_filter='AllCombos/*split_kv*:Variants/DecodeEdgeTest.*/split_kv*:TunedLaunchTableTest.*' > "$O/decode_split_$i.log" 2>&1
+    echo "decode split-KV tests shard $i rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' $O/decode_split_$i.log | tr '\n' ' ')" >> "$O/record.txt" ) &
+done
+wait
+grep "decode split-KV" "$O/record.txt"
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 ./tests/decode_gpu_test --gtest_filter='AllCombos/*split_kv*D128_bs16*:Variants/DecodeEdgeTest.GraphCaptured*:AllCombos/*split_kv*D64_bs8_G8*' > "$O/san_memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY' $O/san_memcheck.log | tr '\n' ' ')" | tee -a "$O/record.txt"
 echo "end $(date -u +%FT%TZ)" >> "$O/record.txt"
