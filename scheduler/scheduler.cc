@@ -89,8 +89,9 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
                                 " out of range [1, " + std::to_string(kMaxCompletionThreads) +
                                 "]");
   }
-  if (o.batcher_spin.count() < 0) {
-    return InvalidArgumentError("batcher_spin " + Us(o.batcher_spin) + " must be >= 0");
+  if (o.batcher_spin.count() < defaults::kBatcherSpinAuto) {
+    return InvalidArgumentError("batcher_spin " + Us(o.batcher_spin) +
+                                " must be >= 0, or -1 (auto)");
   }
   if (executor->max_in_flight() < 1) {
     return InvalidArgumentError("executor max_in_flight " +
@@ -157,6 +158,13 @@ StatusOr<Submission> Scheduler::Producer::Submit(const DecodeRequest& request) {
 StatusOr<RequestHandle> Scheduler::Producer::Submit(const DecodeRequest& request,
                                                     DoneCallback done) {
   return state_->impl->Submit(request, &done, nullptr, state_.get());
+}
+
+std::chrono::microseconds ResolveBatcherSpin(std::chrono::microseconds spin,
+                                             unsigned hardware_threads) {
+  if (spin.count() != defaults::kBatcherSpinAuto) return spin;
+  return std::chrono::microseconds(
+      hardware_threads >= defaults::kBatcherSpinMinThreads ? defaults::kBatcherSpinUs : 0);
 }
 
 }  // namespace attnrt::scheduler

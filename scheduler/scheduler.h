@@ -107,9 +107,16 @@ struct SchedulerOptions {
   bool check_finite = defaults::kCheckFinite;
   // Threads delivering results (futures and callbacks); 1..64.
   int completion_threads = defaults::kCompletionThreads;
-  // How long the batching thread polls for work before it blocks (0 = never polls). >= 0.
-  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinUs};
+  // How long the batching thread polls for work before it blocks (0 = never polls); -1 (the
+  // default) = auto (ResolveBatcherSpin).
+  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
 };
+
+// The poll a scheduler uses for batcher_spin = `spin` on a machine with `hardware_threads`
+// (std::thread::hardware_concurrency()): `spin` itself when >= 0; for -1,
+// defaults::kBatcherSpinUs with at least defaults::kBatcherSpinMinThreads threads, else 0.
+std::chrono::microseconds ResolveBatcherSpin(std::chrono::microseconds spin,
+                                             unsigned hardware_threads);
 
 
 // Thread safety: Submit, Cancel, CreateProducer, Metrics and PrometheusText from any thread;

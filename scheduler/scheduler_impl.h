@@ -98,7 +98,9 @@ class Scheduler::Impl final : public ClockListener {
         default_timeout_ns_(
             std::chrono::duration_cast<std::chrono::nanoseconds>(options.default_timeout)
                 .count()),
-        spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(options.batcher_spin)
+        spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     ResolveBatcherSpin(options.batcher_spin,
+                                        std::thread::hardware_concurrency()))
                      .count()),
         // Device-visible staging for the working set: the batches in flight, two more forming,
         // and what the producers' caches hold; a backlog beyond that is staged on the heap.

@@ -53,8 +53,9 @@ struct RuntimeOptions {
   // host.
   bool check_finite = defaults::kCheckFinite;
   int completion_threads = defaults::kCompletionThreads;  // threads running callbacks / futures
-  // How long the batching thread polls for new requests before it sleeps; 0 = sleep at once.
-  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinUs};
+  // How long the batching thread polls for new requests before it sleeps; 0 = sleep at once;
+  // -1 (the default) = 100 us on a machine with 4 or more hardware threads, else 0.
+  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
 
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
   // debugging, and the decode path by name: "split_kv" (the fused flash-decoding kernel, the

@@ -150,7 +150,7 @@ TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 0; }},
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 17; }},
       {"completion_threads", [](SchedulerOptions& o) { o.completion_threads = 0; }},
-      {"batcher_spin", [](SchedulerOptions& o) { o.batcher_spin = microseconds(-1); }},
+      {"batcher_spin", [](SchedulerOptions& o) { o.batcher_spin = microseconds(-2); }},
   };
   for (const Case& c : cases) {
     SchedulerOptions o;
@@ -235,6 +235,20 @@ TEST_F(SchedulerTest, MalformedRequestsAreRejectedNamingTheFieldAndNothingIsEnqu
 
 TEST(SchedulerDefaultsTest, FiniteCheckIsOnByDefault) {
   EXPECT_TRUE(SchedulerOptions{}.check_finite);
+}
+
+// batcher_spin's default polls only where a core is left for the threads it waits for.
+TEST(SchedulerDefaultsTest, BatcherSpinAutoPollsOnlyWithFourOrMoreHardwareThreads) {
+  const microseconds automatic = SchedulerOptions{}.batcher_spin;
+  EXPECT_EQ(automatic, microseconds(-1));
+  EXPECT_EQ(ResolveBatcherSpin(automatic, 2), microseconds(0));
+  EXPECT_EQ(ResolveBatcherSpin(automatic, 3), microseconds(0));
+  EXPECT_EQ(ResolveBatcherSpin(automatic, 4), microseconds(100));
+  EXPECT_EQ(ResolveBatcherSpin(automatic, 16), microseconds(100));
+  EXPECT_EQ(ResolveBatcherSpin(automatic, 0), microseconds(0));  // count unknown: no poll
+  // An explicit value is kept whatever the machine.
+  EXPECT_EQ(ResolveBatcherSpin(microseconds(50), 2), microseconds(50));
+  EXPECT_EQ(ResolveBatcherSpin(microseconds(0), 16), microseconds(0));
 }
 
 TEST_F(SchedulerTest, NonFiniteValuesPassWhenTheCheckIsOff) {
