@@ -51,6 +51,7 @@ class RuntimeImpl final : public Runtime {
     so.check_finite = o.check_finite;
     so.completion_threads = o.completion_threads;
     so.batcher_spin = o.batcher_spin;
+    so.result_spin = o.result_spin;
     ATTNRT_ASSIGN_OR_RETURN(scheduler_, scheduler::Scheduler::Create(so, executor_.get()));
     return Status::Ok();
   }
@@ -195,6 +196,7 @@ StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptio
   co.max_batch_size = std::max(co.max_batch_size, o.max_batch_size);
   co.mode = o.use_graphs ? runtime::LaunchMode::kGraph : runtime::LaunchMode::kEager;
   if (!o.decode_path.empty()) co.paths = {o.decode_path};
+  co.sleep_through_steps = o.sleep_through_steps;
   ATTNRT_ASSIGN_OR_RETURN(std::unique_ptr<runtime::CudaExecutor> executor,
                           runtime::CreateCudaExecutor(co));
   int device = 0;

@@ -1,6 +1,8 @@
 // The host path's record (issue 11), every figure from one process on one GPU:
 //   floor      the GPU's own round trip for the bytes of a batch of B requests: H2D of q/k/v,
 //              a trivial kernel, D2H of the outputs, stream sync, replayed as a CUDA graph;
+//              and at B = 1 the same with the real append + decode step in the graph (the
+//              bound a B = 1 step through any host path can reach);
 //   b1         the public Runtime at B = 1 (H32 D128 T512, one caller thread, nothing else in
 //              flight): Submit -> result visible, p50/p99, graph and eager, and the ratio to
 //              the floor of the same bytes; then the same path in layers (executor alone,
@@ -8,6 +10,8 @@
 //   host_cpu   the runtime's CPU time per request at max batch 128 under a saturating
 //              closed-loop load (submit + staging + completion: every thread's CPU time but
 //              the load generator's own; the whole process's figure is printed beside it);
+//   A/B rows   the defaults against the previous behaviour in the same process: result_spin
+//              4 us (B = 1) and steps spin-waited whole (host CPU);
 //   saturation scheduler throughput at 1.5x offered load over the executor's kernel-only
 //              capacity, and p99 at 70% load against window + 2 steps (max batch 32 and 128).
 // Writes <out>/summary.json (the keys issue 11 names) and prints a table. Needs a GPU.
@@ -17,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +35,7 @@
 
 #include <attnrt/runtime.h>
 #include "api/internal/cuda_check.h"
+#include "kernels/decode.h"
 #include "runtime/cuda_executor.h"
 #include "tests/support/random_fp16.h"
 #include "tools/open_loop.h"
@@ -110,6 +116,133 @@ LatencyUs MeasureFloor(int b, int iterations) {
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
 
+// The same round trip with the real step in place of the trivial kernel: H2D of the metadata
+// (length, layer, block table) and q/k/v, the default decode path's append + decode over a
+// paged cache of kContext tokens, D2H of out + lse, stream sync, as one graph. Each replay
+// reads another layer (32 x 8 MiB of K/V, far more than L2), as the B=1 rows do. What a B=1
+// step costs the GPU and PCIe with no host work at all: the bound the Runtime's row can reach.
+LatencyUs MeasureFloorWithDecode(int iterations) {
+  ModelShape shape;
+  shape.num_layers = 32;
+  shape.num_q_heads = kHeads;
+  shape.num_kv_heads = kHeads;
+  shape.head_dim = kHeadDim;
+  shape.block_size = 16;
+  shape.max_context = kContext;
+  const int blocks = kContext / shape.block_size;
+  const std::size_t qn = std::size_t(kHeads) * kHeadDim;
+  // In: [kv_length][layer][block table][q][k][v]; out: [out][lse].
+  const std::size_t meta_bytes = (2 + std::size_t(blocks)) * sizeof(std::int32_t);
+  const std::size_t q_at = (meta_bytes + 255) / 256 * 256;
+  const std::size_t in_bytes = q_at + 3 * qn * sizeof(Half);
+  const std::size_t out_bytes = qn * sizeof(Half) + kHeads * sizeof(float);
+  unsigned char *h_in, *h_out, *d_in, *d_out;
+  Check(cudaMallocHost(&h_in, in_bytes), "cudaMallocHost");
+  Check(cudaMallocHost(&h_out, out_bytes), "cudaMallocHost");
+  Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
+  Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
+  std::memset(h_in, 0, in_bytes);
+  auto* meta = reinterpret_cast<std::int32_t*>(h_in);
+  meta[0] = kContext;
+  for (int b = 0; b < blocks; ++b) meta[2 + b] = b;
+  testing::NormalRng rng(8);
+  std::vector<Half> qkv(3 * qn);
+  testing::FillNormal(qkv, rng);
+  std::memcpy(h_in + q_at, qkv.data(), qkv.size() * sizeof(Half));
+  const std::size_t pool_elems = std::size_t(shape.num_layers) * blocks * kHeads *
+                                 shape.block_size * kHeadDim;
+  Half *k_pool, *v_pool;
+  Check(cudaMalloc(&k_pool, pool_elems * sizeof(Half)), "cudaMalloc K pool");
+  Check(cudaMalloc(&v_pool, pool_elems * sizeof(Half)), "cudaMalloc V pool");
+  {
+    std::vector<Half> fill(pool_elems / shape.num_layers);
+    testing::FillNormal(fill, rng);
+    for (int l = 0; l < shape.num_layers; ++l) {
+      Check(cudaMemcpy(k_pool + l * fill.size(), fill.data(), fill.size() * sizeof(Half),
+                       cudaMemcpyHostToDevice), "fill K");
+      Check(cudaMemcpy(v_pool + l * fill.size(), fill.data(), fill.size() * sizeof(Half),
+                       cudaMemcpyHostToDevice), "fill V");
+    }
+  }
+  const kernels::DecodeVariant& variant = kernels::DefaultDecodeVariant();
+  auto device = kernels::CurrentDecodeDevice();
+  if (!device.ok()) Die("CurrentDecodeDevice: " + device.status().ToString());
+  kernels::DecodePlanRequest request{shape, 1, kContext, kernels::DecodeStep::kAppendAndDecode,
+                                     *device};
+  auto plan = variant.plan(request);
+  if (!plan.ok()) Die("decode plan: " + plan.status().ToString());
+  void* workspace = nullptr;
+  if (plan->workspace_bytes > 0) {
+    Check(cudaMalloc(&workspace, plan->workspace_bytes), "cudaMalloc workspace");
+  }
+  const kernels::DecodeWorkspace ws{workspace, plan->workspace_bytes};
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (Status s = kernels::PrepareDecodeWorkspace(*plan, ws, stream); !s.ok()) {
+    Die("PrepareDecodeWorkspace: " + s.ToString());
+  }
+  kernels::KvPoolView pools;
+  pools.k = k_pool;
+  pools.v = v_pool;
+  pools.num_layers = shape.num_layers;
+  pools.num_blocks = blocks;
+  pools.num_kv_heads = kHeads;
+  pools.block_size = shape.block_size;
+  pools.head_dim = kHeadDim;
+  kernels::DecodeBatchView batch;
+  batch.capacity = 1;
+  batch.num_q_heads = kHeads;
+  batch.max_blocks_per_seq = blocks;
+  const auto* d_meta = reinterpret_cast<const std::int32_t*>(d_in);
+  batch.kv_lengths = d_meta;
+  batch.layers = d_meta + 1;
+  batch.block_tables = d_meta + 2;
+  batch.q = reinterpret_cast<const Half*>(d_in + q_at);
+  batch.k_new = batch.q + qn;
+  batch.v_new = batch.q + 2 * qn;
+  batch.out = reinterpret_cast<Half*>(d_out);
+  batch.lse = reinterpret_cast<float*>(d_out + qn * sizeof(Half));
+  batch.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  Check(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, stream), "h2d");
+  if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
+      !s.ok()) {
+    Die("decode run: " + s.ToString());
+  }
+  Check(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, stream), "d2h");
+  Check(cudaStreamEndCapture(stream, &graph), "end capture");
+  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  std::vector<double> us;
+  us.reserve(iterations);
+  for (int i = 0; i < iterations + 100; ++i) {
+    meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
+    const Clock::time_point t0 = Clock::now();
+    Check(cudaGraphLaunch(exec, stream), "graph launch");
+    Check(cudaStreamSynchronize(stream), "sync");
+    if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  // The step ran: its output is a softmax-weighted mean of N(0,1) V rows (finite, |x| < 8).
+  const Half* out = reinterpret_cast<const Half*>(h_out);
+  for (std::size_t i = 0; i < qn; ++i) {
+    const float x = HalfToFloat(out[i]);
+    if (!(std::fabs(x) < 8.0f)) Die("floor with decode: output " + std::to_string(i) + " = " +
+                                    std::to_string(x));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(h_in);
+  cudaFreeHost(h_out);
+  cudaFree(d_in);
+  cudaFree(d_out);
+  cudaFree(k_pool);
+  cudaFree(v_pool);
+  if (workspace != nullptr) cudaFree(workspace);
+  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+}
+
 ModelShape B1Shape() {
   ModelShape s;
   s.num_layers = 8;  // rotating over 4 sequences x 8 layers: 256 MiB of KV, far more than L2
@@ -144,8 +277,15 @@ void PrefillSequences(Target& target, const ModelShape& shape, int n) {
   }
 }
 
+// What a row changes from the runtime's defaults (an A/B in the same process).
+struct Variation {
+  std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
+  bool sleep_through_steps = true;
+};
+
 std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int max_batch,
-                                     std::chrono::microseconds window, int sequences) {
+                                     std::chrono::microseconds window, int sequences,
+                                     Variation variation = {}) {
   RuntimeOptions o;
   o.shape = shape;
   o.device = DeviceKind::kCuda;
@@ -153,6 +293,8 @@ std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int m
   o.max_batch_size = max_batch;
   o.max_queue_delay = window;
   o.max_queue_size = 1 << 16;
+  o.result_spin = variation.result_spin;
+  o.sleep_through_steps = variation.sleep_through_steps;
   o.kv_cache_bytes = std::size_t(sequences) * shape.num_layers * shape.max_context *
                      shape.kv_token_elems() * 2 * sizeof(Half) + (std::size_t{64} << 20);
   auto rt = Runtime::Create(o);
@@ -176,11 +318,12 @@ double MeanUs(const std::string& text, const std::string& histogram) {
 }
 
 // One caller thread, Submit -> future.get(), rotating over every (sequence, layer).
-LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false) {
+LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
+                    Variation variation = {}) {
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
   std::unique_ptr<Runtime> rt = MakeRuntime(shape, graphs, 1, std::chrono::microseconds(0),
-                                            kSequences);
+                                            kSequences, variation);
   testing::NormalRng rng(5);
   const std::size_t qn = std::size_t(kHeads) * kHeadDim;
   std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size());
@@ -225,9 +368,13 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false) {
   double mean = 0;
   for (double t : us) mean += t;
   mean /= std::max<std::size_t>(us.size(), 1);
-  std::printf("  B=1 %s%s means: submit->dispatch %.1f us, executor %.1f, done->delivered %.1f, "
-              "delivered->caller %.1f (caller's mean %.1f)\n",
-              graphs ? "graph" : "eager", callback_spin ? " callback" : "", queue, executor,
+  std::printf("  B=1 %s%s%s means: submit->dispatch %.1f us, executor %.1f, done->delivered "
+              "%.1f, delivered->caller %.1f (caller's mean %.1f)\n",
+              graphs ? "graph" : "eager", callback_spin ? " callback" : "",
+              variation.result_spin.count() >= 0
+                  ? (" result_spin " + std::to_string(variation.result_spin.count()) + " us").c_str()
+                  : "",
+              queue, executor,
               delivered - queue - executor, mean - delivered, mean);
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
@@ -314,13 +461,13 @@ struct HostCpu {
 // With `device_inputs`, every request's q/k/v/out are device buffers (TensorMemory::kDevice,
 // one set per sequence, filled once): nothing is copied on the host, so what remains is the
 // runtime's own bookkeeping.
-HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false) {
+HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation variation = {}) {
   ModelShape shape = B1Shape();
   shape.num_layers = 1;
   shape.max_context = 2048;
   constexpr int kSequences = 512, kProducers = 4, kPerProducer = kSequences / kProducers;
   std::unique_ptr<Runtime> rt =
-      MakeRuntime(shape, true, 128, std::chrono::microseconds(200), kSequences);
+      MakeRuntime(shape, true, 128, std::chrono::microseconds(200), kSequences, variation);
   testing::NormalRng rng(6);
   const std::size_t qn = std::size_t(kHeads) * kHeadDim;
   std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size());
@@ -403,12 +550,32 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false) {
   h.runtime_us = (cpu - producers_s + submit_s) * 1e6 / n;
   h.submit_us = submit_s * 1e6 / n;
   h.throughput = n / wall;
-  std::printf("host cpu%s: %lld requests in %.2f s (%.0f req/s); CPU s: process %.2f, "
+  std::printf("host cpu%s%s: %lld requests in %.2f s (%.0f req/s); CPU s: process %.2f, "
               "producer threads %.2f of which in Submit %.2f\n",
               device_inputs ? " (device-memory requests)" : "",
+              variation.sleep_through_steps ? "" : " (steps spin-waited)",
               static_cast<long long>(completed.load()), wall, h.throughput, cpu, producers_s,
               submit_s);
   return h;
+}
+
+// Medians of the executor's per-piece host and GPU times over one run.
+void PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t) {
+  if (t.empty()) return;
+  auto median = [&](double runtime::PieceTimings::*field) {
+    std::vector<double> v;
+    v.reserve(t.size());
+    for (const runtime::PieceTimings& p : t) v.push_back(p.*field);
+    return Percentile(v, 0.5);
+  };
+  std::printf("  pieces, %s: %zu, medians: plan %.1f us, pack %.1f, launch %.1f, gpu %.1f, "
+              "requests %.0f\n", run.c_str(), t.size(), median(&runtime::PieceTimings::plan_us),
+              median(&runtime::PieceTimings::pack_us), median(&runtime::PieceTimings::launch_us),
+              median(&runtime::PieceTimings::gpu_us), [&] {
+                std::vector<double> v;
+                for (const runtime::PieceTimings& p : t) v.push_back(p.requests);
+                return Percentile(v, 0.5);
+              }());
 }
 
 struct Saturation {
@@ -430,6 +597,7 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   co.shape = shape;
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
   co.max_batch_size = batch;
+  co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   // Every sequence starts at kContext tokens.
@@ -443,8 +611,10 @@ Saturation MeasureSaturation(int batch, double duration_s) {
       if (!p.ok()) Die("Prefill: " + p.ToString());
     }
   }
+  (void)(*ex)->TakeTimings();
   auto cap = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
   if (!cap.ok()) Die("capacity: " + cap.status().ToString());
+  PrintPieceTimings("capacity", (*ex)->TakeTimings());
   auto run = [&](double rate) {
     tools::OpenLoopConfig c;
     c.rate_per_s = rate;
@@ -459,7 +629,11 @@ Saturation MeasureSaturation(int batch, double duration_s) {
     return *r;
   };
   const tools::OpenLoopResult sat = run(1.5 * cap->throughput_per_s);
+  PrintPieceTimings("1.5x offered (batch mean " + std::to_string(sat.batch_mean) + ")",
+                    (*ex)->TakeTimings());
   const tools::OpenLoopResult loaded = run(0.7 * cap->throughput_per_s);
+  PrintPieceTimings("70% load (batch mean " + std::to_string(loaded.batch_mean) + ")",
+                    (*ex)->TakeTimings());
   Saturation s;
   s.capacity = cap->throughput_per_s;
   s.step_us = cap->step_us;
@@ -491,6 +665,9 @@ int Run(const Options& o) {
                 floors.back().second.p50, floors.back().second.p99, "1.00");
   }
   const LatencyUs floor1 = floors[0].second;
+  const LatencyUs floor_decode = MeasureFloorWithDecode(iters);
+  std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step", floor_decode.p50,
+              floor_decode.p99, floor_decode.p50 / floor1.p50);
   const LatencyUs graph = MeasureB1(true, iters);
   const LatencyUs eager = MeasureB1(false, iters);
   std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 graph (Submit->result)", graph.p50,
@@ -503,10 +680,20 @@ int Run(const Options& o) {
               executor1.p99, executor1.p50 / floor1.p50);
   std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)", callback1.p50,
               callback1.p99, callback1.p50 / floor1.p50);
+  const LatencyUs short_poll =
+      MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
+  std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
+              short_poll.p99, short_poll.p50 / floor1.p50);
+  std::printf("  B=1 graph p50 over the floor with the decode step: %.2f\n",
+              graph.p50 / floor_decode.p50);
   if (o.b1_only) return 0;
   const HostCpu host = MeasureHostCpu(dur);
   std::printf("host cpu per request at B=128: runtime %.3f us (in Submit %.3f), whole process "
               "%.3f us\n", host.runtime_us, host.submit_us, host.process_us);
+  const HostCpu host_spun = MeasureHostCpu(dur, false, Variation{.sleep_through_steps = false});
+  std::printf("host cpu per request at B=128, steps spin-waited (A/B): runtime %.3f us (in "
+              "Submit %.3f), whole process %.3f us\n", host_spun.runtime_us, host_spun.submit_us,
+              host_spun.process_us);
   const HostCpu host_device = MeasureHostCpu(dur, /*device_inputs=*/true);
   std::printf("host cpu per request at B=128, device-memory requests: runtime %.3f us (in "
               "Submit %.3f), whole process %.3f us\n", host_device.runtime_us,
@@ -525,13 +712,15 @@ int Run(const Options& o) {
                "{\"device\": \"%s\", \"date\": \"%s\", \"commit\": \"%s\",\n"
                " \"shape\": \"H32 Hkv32 D128 T512 (b1, host); H32 Hkv8 D128 T512 (saturation)\",\n"
                " \"floor_us\": %.2f, \"floor_p99_us\": %.2f, \"floor_b32_us\": %.2f, "
-               "\"floor_b128_us\": %.2f,\n"
+               "\"floor_b128_us\": %.2f, \"floor_with_decode_us\": %.2f,\n"
                " \"b1_e2e_p50_us\": %.2f, \"b1_e2e_p99_us\": %.2f, \"b1_ratio\": %.3f, "
                "\"b1_p99_ratio\": %.3f,\n"
                " \"b1_eager_p50_us\": %.2f, \"b1_eager_p99_us\": %.2f,\n"
-               " \"b1_executor_p50_us\": %.2f, \"b1_callback_spin_p50_us\": %.2f,\n"
+               " \"b1_executor_p50_us\": %.2f, \"b1_callback_spin_p50_us\": %.2f, "
+               "\"b1_result_spin_4us_p50_us\": %.2f, \"b1_ratio_to_floor_with_decode\": %.3f,\n"
                " \"host_us_per_request_b128\": %.3f, \"host_submit_us_b128\": %.3f, "
                "\"host_process_us_b128\": %.3f,\n"
+               " \"host_us_per_request_b128_steps_spun\": %.3f,\n"
                " \"host_us_per_request_b128_device_memory\": %.3f, "
                "\"host_submit_us_b128_device_memory\": %.3f,\n"
                " \"saturation_b32\": %.3f, \"saturation_b128\": %.3f,\n"
@@ -539,9 +728,11 @@ int Run(const Options& o) {
                "\"bound_b128_us\": %.1f,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
-               floors[2].second.p50, graph.p50, graph.p99, graph.p50 / floor1.p50,
-               graph.p99 / floor1.p50, eager.p50, eager.p99, executor1.p50, callback1.p50,
-               host.runtime_us, host.submit_us, host.process_us, host_device.runtime_us,
+               floors[2].second.p50, floor_decode.p50, graph.p50, graph.p99,
+               graph.p50 / floor1.p50, graph.p99 / floor1.p50, eager.p50, eager.p99,
+               executor1.p50, callback1.p50, short_poll.p50, graph.p50 / floor_decode.p50,
+               host.runtime_us, host.submit_us, host.process_us, host_spun.runtime_us,
+               host_device.runtime_us,
                host_device.submit_us, s32.ratio, s128.ratio,
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us, s32.capacity,
                s128.capacity);

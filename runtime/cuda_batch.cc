@@ -190,6 +190,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       if (path.ok()) {
         piece.path = *path;
         Launch(piece, e);
+        piece.launched_at = Clock::now();
       } else {
         piece.launch_status = path.status();  // nothing queued: the buffer frees at once
       }

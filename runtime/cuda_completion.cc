@@ -2,9 +2,54 @@
 // host requests' outputs back, settles the plan and calls the batch's callback.
 #include "runtime/cuda_executor_impl.h"
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 namespace attnrt::runtime {
 
+// Only samples the thread saw complete while spinning update an estimate (one that was already
+// complete says only that the step took no longer); a wait that overslept shortens it by a
+// tenth, so the estimate errs towards spinning. A step's GPU time starts at its launch or at
+// the previous piece's completion, whichever is later (one stream: pieces run in order).
+cudaError_t StepEstimates::Wait(cudaEvent_t done, std::size_t key, Clock::time_point launched_at) {
+  cudaError_t err = cudaEventQuery(done);
+  if (err != cudaErrorNotReady) {  // complete (or failed): nothing learnt
+    if (err == cudaSuccess) last_done_ = Clock::now();
+    return err;
+  }
+  double& expected = expected_us_[key];
+  const Clock::time_point began = std::max(launched_at, last_done_);
+  if (expected > 0) {
+    const Clock::time_point wake_at =
+        began + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double, std::micro>(expected) - kSpinTail);
+    if (wake_at - Clock::now() > kMinSleep) {
+      std::this_thread::sleep_until(wake_at);
+      err = cudaEventQuery(done);
+      if (err != cudaErrorNotReady) {
+        if (err == cudaSuccess) {
+          expected *= 0.9;  // overslept
+          last_done_ = Clock::now();
+        }
+        return err;
+      }
+    }
+  }
+  err = cudaEventSynchronize(done);  // spins (the default device schedule with few contexts)
+  if (err == cudaSuccess) {
+    last_done_ = Clock::now();
+    const double took = std::chrono::duration<double, std::micro>(last_done_ - began).count();
+    expected = expected == 0 ? took : 0.8 * expected + 0.2 * took;
+  }
+  return err;
+}
+
 void CudaExecutor::Impl::CompletionLoop() {
+#if defined(__linux__)
+  // Timed sleeps (sleep_through_steps) wake within ~1 us of their time, not the default 50 us.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
   const std::size_t q_row =
       static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim;
   const int h = options.shape.num_q_heads;
@@ -22,7 +67,13 @@ void CudaExecutor::Impl::CompletionLoop() {
     if (piece.buffer >= 0) {
       PipelineBuffer& buf = buffers[piece.buffer];
       if (piece.event_recorded) {
-        const cudaError_t err = cudaEventSynchronize(buf.done.get());
+        const cudaError_t err =
+            step_estimates != nullptr
+                ? step_estimates->Wait(buf.done.get(),
+                                       static_cast<std::size_t>(piece.path) * num_buckets() +
+                                           piece.bucket_index,
+                                       piece.launched_at)
+                : cudaEventSynchronize(buf.done.get());
         if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
         if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
           float ms = 0.0f;

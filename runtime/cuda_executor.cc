@@ -254,6 +254,9 @@ Status CudaExecutor::Impl::Init() {
   int helpers = options.pack_threads;
   if (helpers < 0) helpers = std::min(3, static_cast<int>(std::thread::hardware_concurrency() / 4));
   pack_pool = std::make_unique<CopyPool>(helpers);
+  if (options.sleep_through_steps) {
+    step_estimates = std::make_unique<StepEstimates>(paths.size() * options.buckets.size());
+  }
   completion_thread = std::thread([this] { CompletionLoop(); });
   return Status::Ok();
 }

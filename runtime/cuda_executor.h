@@ -59,6 +59,11 @@ struct CudaExecutorOptions {
   std::shared_ptr<FaultInjection> faults;
   // Per-piece timings (host plan/pack/launch, GPU launch-to-completion) for benchmarks.
   bool record_timings = false;
+  // How the completion thread waits for a piece's done event: it sleeps through the part of
+  // the step the last pieces of its (path, bucket) took and spin-waits only the last
+  // kSpinTailUs (true), or spins the whole step (false: a core busy for every microsecond the
+  // GPU works). Steps shorter than about twice the tail (B=1) are spun either way.
+  bool sleep_through_steps = true;
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
   // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
   int pack_threads = -1;

@@ -174,7 +174,28 @@ struct Piece {
   int first = 0, count = 0;  // range of batch->plan.live
   Status launch_status;
   bool event_recorded = false;
+  Clock::time_point launched_at;  // after the launch returned
   PieceTimings timings;
+};
+
+// The completion thread's estimate of how long a step of each (path, bucket) runs on the GPU,
+// from the pieces whose completion it saw while spinning (CudaExecutorOptions::
+// sleep_through_steps). Completion thread only.
+class StepEstimates {
+ public:
+  // The wait ends this long before the estimated completion, spinning from there.
+  static constexpr std::chrono::microseconds kSpinTail{20};
+  // Shorter sleeps than this are not worth a timer and a wake-up.
+  static constexpr std::chrono::microseconds kMinSleep{30};
+
+  explicit StepEstimates(std::size_t keys) : expected_us_(keys, 0.0) {}
+
+  // Waits for `done` of a piece of `key` launched at `launched_at`.
+  cudaError_t Wait(cudaEvent_t done, std::size_t key, Clock::time_point launched_at);
+
+ private:
+  std::vector<double> expected_us_;
+  Clock::time_point last_done_{};  // when the previous piece was seen complete
 };
 
 
@@ -257,6 +278,7 @@ struct CudaExecutor::Impl {
   std::vector<PieceTimings> timings GUARDED_BY(mu);
   std::thread completion_thread;
   std::unique_ptr<CopyPool> pack_pool;
+  std::unique_ptr<StepEstimates> step_estimates;  // sleep_through_steps; completion thread
   std::unique_ptr<MappedStagingMemory> staging = std::make_unique<MappedStagingMemory>();
 
   ~Impl() {

@@ -54,12 +54,36 @@ Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int buffer) {
 }
 
 kernels::DecodeWorkspace CudaExecutor::Impl::WorkspaceFor(const kernels::DecodePlan& plan) const {
-  if (plan.workspace_zero_bytes > 0 || workspace.bytes() == 0) {
-    return {workspace.data(), workspace.bytes()};
-  }
-  return {static_cast<char*>(workspace.data()) + workspace_zero_bytes,
-          workspace.bytes() - workspace_zero_bytes};
+  // workspace_zero_bytes is 0 whenever the workspace is empty (Init sized it to hold them).
+  const std::size_t at = plan.workspace_zero_bytes > 0 ? 0 : workspace_zero_bytes;
+  return {static_cast<char*>(workspace.data()) + at, workspace.bytes() - at};
 }
+
+namespace {
+
+// A graph's nodes, its roots (no dependencies) and its leaves (no dependents).
+struct GraphShape {
+  std::vector<cudaGraphNode_t> nodes, roots, leaves;
+};
+
+StatusOr<GraphShape> ShapeOf(cudaGraph_t graph) {
+  GraphShape shape;
+  std::size_t n = 0;
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nullptr, &n));
+  shape.nodes.resize(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, shape.nodes.data(), &n));
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, nullptr, &n));
+  shape.roots.resize(n);
+  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, shape.roots.data(), &n));
+  for (cudaGraphNode_t node : shape.nodes) {
+    std::size_t out = 0;
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
+    if (out == 0) shape.leaves.push_back(node);
+  }
+  return shape;
+}
+
+}  // namespace
 
 // The same work as one replay, launched op by op (eager mode and warm-up).
 Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e) {
@@ -97,19 +121,9 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   cudaGraph_t graph = g->graph.get();
   ATTNRT_RETURN_IF_ERROR(AddHostOnlyGraph(graph, bucket, buffer, g));
 
-  std::size_t n = 0;
-  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nullptr, &n));
-  std::vector<cudaGraphNode_t> nodes(n);
-  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(graph, nodes.data(), &n));
-  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, nullptr, &n));
-  std::vector<cudaGraphNode_t> roots(n);
-  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(graph, roots.data(), &n));
-  std::vector<cudaGraphNode_t> leaves;
+  ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
   g->compute_nodes.clear();
-  for (cudaGraphNode_t node : nodes) {
-    std::size_t out = 0;
-    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
-    if (out == 0) leaves.push_back(node);
+  for (cudaGraphNode_t node : shape.nodes) {
     cudaGraphNodeType type{};
     ATTNRT_CUDA_RETURN(cudaGraphNodeGetType(node, &type));
     if (type == cudaGraphNodeTypeKernel || type == cudaGraphNodeTypeMemset ||
@@ -125,10 +139,11 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   const BatchIoArgs io = IoArgsFor(bucket, buffer);
   const cudaGraphNode_t copies[] = {g->h2d_full, g->h2d_meta};
   ATTNRT_RETURN_IF_ERROR(AddGatherNode(graph, copies, 2, io, &g->gather));
-  for (cudaGraphNode_t root : roots) {
+  for (cudaGraphNode_t root : shape.roots) {
     ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(graph, &g->gather, &root, nullptr, 1));
   }
-  ATTNRT_RETURN_IF_ERROR(AddScatterNode(graph, leaves.data(), leaves.size(), io, &g->scatter));
+  ATTNRT_RETURN_IF_ERROR(
+      AddScatterNode(graph, shape.leaves.data(), shape.leaves.size(), io, &g->scatter));
   ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&g->d2h, graph, &g->scatter, 1, buf.out.data(),
                                               buf.dev_out.data(), l.out_bytes,
                                               cudaMemcpyDeviceToHost));
@@ -145,23 +160,12 @@ Status CudaExecutor::Impl::AddHostOnlyGraph(cudaGraph_t compute, int bucket, int
   cudaGraph_t raw = nullptr;
   ATTNRT_CUDA_RETURN(cudaGraphClone(&raw, compute));
   g->host_graph = Graph::Adopt(raw);
-  std::size_t n = 0;
-  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(raw, nullptr, &n));
-  std::vector<cudaGraphNode_t> roots(n);
-  ATTNRT_CUDA_RETURN(cudaGraphGetRootNodes(raw, roots.data(), &n));
-  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(raw, nullptr, &n));
-  std::vector<cudaGraphNode_t> nodes(n);
-  ATTNRT_CUDA_RETURN(cudaGraphGetNodes(raw, nodes.data(), &n));
-  std::vector<cudaGraphNode_t> leaves;
-  for (cudaGraphNode_t node : nodes) {
-    std::size_t out = 0;
-    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
-    if (out == 0) leaves.push_back(node);
-  }
+  ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
+  std::vector<cudaGraphNode_t>& leaves = shape.leaves;
   cudaGraphNode_t h2d = nullptr, d2h = nullptr;
   ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
                                               buf.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
-  for (cudaGraphNode_t root : roots) {
+  for (cudaGraphNode_t root : shape.roots) {
     ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &root, nullptr, 1));
   }
   if (leaves.empty()) leaves.push_back(h2d);  // (no compute node: the copies in order)

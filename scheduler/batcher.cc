@@ -261,7 +261,9 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
   }
   const ClockNanos deadline_at = pending_.NextDeadlineNs();
   const ClockNanos wake_at = std::min(window_at, deadline_at);
-  if (!closing) SpinBeforeSleep(wake_at);
+  // Polling pays only when what can arrive can be dispatched at once: with every batch slot
+  // taken the next step waits for a completion, which wakes this thread anyway.
+  if (!closing && can_dispatch) SpinBeforeSleep(wake_at);
   wake_hint_.store(false, std::memory_order_relaxed);
   // What a producer's new request must cross to wake us (see the file comment).
   if (closing) {

@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Polling before sleeping: a result due within a few microseconds is taken without the sleep
-// and wake-up, which cost several microseconds each.
-constexpr auto kPollFor = std::chrono::microseconds(4);
-
 inline void CpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -59,11 +55,22 @@ bool Completion::Wait(std::chrono::nanoseconds timeout) {
   const Clock::time_point deadline =
       bounded ? start + std::chrono::duration_cast<Clock::duration>(timeout)
               : Clock::time_point::max();
-  const Clock::time_point poll_until = std::min(deadline, start + kPollFor);
+  // Polling before sleeping: a result due within the poll is taken without the sleep and the
+  // wake-up, which cost several microseconds each (the caller's share of a B=1 round trip).
+  bool took_slot = false;
+  const std::chrono::nanoseconds poll = pool->BeginSpin(&took_slot);
+  const Clock::time_point poll_until =
+      std::min(deadline, start + std::chrono::duration_cast<Clock::duration>(poll));
+  bool polled_ready = false;
   while (Clock::now() < poll_until) {
-    if (ready()) return true;
+    if (ready()) {
+      polled_ready = true;
+      break;
+    }
     CpuRelax();
   }
+  pool->EndSpin(took_slot);
+  if (polled_ready) return true;
   std::atomic<std::uint32_t>& word = state;
   while (true) {
     std::uint32_t s = word.load(std::memory_order_acquire);
@@ -84,7 +91,19 @@ bool Completion::Wait(std::chrono::nanoseconds timeout) {
   }
 }
 
-CompletionPool::CompletionPool() = default;
+CompletionPool::CompletionPool(std::chrono::nanoseconds spin, int max_spinners)
+    : spin_(std::max(spin, kShortPoll)), max_spinners_(std::max(1, max_spinners)) {}
+
+std::chrono::nanoseconds CompletionPool::BeginSpin(bool* took_slot) {
+  *took_slot = false;
+  if (spin_ <= kShortPoll) return kShortPoll;
+  if (spinners_.fetch_add(1, std::memory_order_relaxed) < max_spinners_) {
+    *took_slot = true;
+    return spin_;
+  }
+  spinners_.fetch_sub(1, std::memory_order_relaxed);
+  return kShortPoll;
+}
 
 Completion* CompletionPool::Acquire() {
   // Items leaving the shared queue are counted a refill at a time (refs_: see completion.h).

@@ -11,8 +11,11 @@
 //   - The pool outlives its owner: Orphan() drops the owner's reference, and the pool deletes
 //     itself when the last outstanding Completion is released (a future may outlive the
 //     scheduler that made it).
-//   - Waiting: a waiter polls briefly, then sleeps on a futex (Linux; elsewhere it polls with
-//     short sleeps). Fulfil makes a system call only when a waiter is asleep.
+//   - Waiting: a waiter polls for the pool's `spin` (SchedulerOptions::result_spin), then sleeps
+//     on a futex (Linux; elsewhere it polls with short sleeps). At most `max_spinners` waiters
+//     poll that long at once; the others poll kShortPoll only, so many waiting threads cannot
+//     take every core from the threads that produce their results. Fulfil makes a system call
+//     only when a waiter is asleep.
 // Thread safety: every method from any thread; one Completion is waited on by one thread at a
 // time (a future is not shared).
 // Internal to scheduler/ (and the ResultFuture methods in completion.cc).
@@ -49,7 +52,12 @@ struct Completion {
 
 class CompletionPool {
  public:
-  CompletionPool();
+  // What a waiter beyond max_spinners polls before it sleeps.
+  static constexpr std::chrono::nanoseconds kShortPoll = std::chrono::microseconds(4);
+
+  // `spin`: how long a waiter polls before it sleeps; `max_spinners` (>= 1): how many may poll
+  // that long at once.
+  explicit CompletionPool(std::chrono::nanoseconds spin = kShortPoll, int max_spinners = 1);
   CompletionPool(const CompletionPool&) = delete;
   CompletionPool& operator=(const CompletionPool&) = delete;
 
@@ -59,6 +67,13 @@ class CompletionPool {
   void Release(Completion* c);
   // The owner is done with the pool: it deletes itself once nothing is outstanding.
   void Orphan();
+
+  // How long the calling waiter may poll: `spin` when a spinner slot is free (taken: give it
+  // back with EndSpin(true)), else kShortPoll.
+  std::chrono::nanoseconds BeginSpin(bool* took_slot);
+  void EndSpin(bool took_slot) {
+    if (took_slot) spinners_.fetch_sub(1, std::memory_order_relaxed);
+  }
 
  private:
   ~CompletionPool() = default;
@@ -72,6 +87,9 @@ class CompletionPool {
   // caches until Orphan closes them): counted a refill or a spill (32) at a time, so a request
   // touches no pool-wide atomic (it cost 11% of the 8-producer intake benchmark's CPU).
   std::atomic<std::int64_t> refs_{1};
+  const std::chrono::nanoseconds spin_;
+  const int max_spinners_;
+  alignas(64) std::atomic<int> spinners_{0};
   ShardedFreeList<Completion> free_;
   Mutex grow_mu_;
   std::vector<std::unique_ptr<Completion[]>> slabs_ GUARDED_BY(grow_mu_);

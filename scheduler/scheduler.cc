@@ -93,6 +93,10 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
     return InvalidArgumentError("batcher_spin " + Us(o.batcher_spin) +
                                 " must be >= 0, or -1 (auto)");
   }
+  if (o.result_spin.count() < defaults::kResultSpinAuto) {
+    return InvalidArgumentError("result_spin " + Us(o.result_spin) +
+                                " must be >= 0, or -1 (auto)");
+  }
   if (executor->max_in_flight() < 1) {
     return InvalidArgumentError("executor max_in_flight " +
                                 std::to_string(executor->max_in_flight()) + " must be >= 1");
@@ -164,7 +168,21 @@ std::chrono::microseconds ResolveBatcherSpin(std::chrono::microseconds spin,
                                              unsigned hardware_threads) {
   if (spin.count() != defaults::kBatcherSpinAuto) return spin;
   return std::chrono::microseconds(
-      hardware_threads >= defaults::kBatcherSpinMinThreads ? defaults::kBatcherSpinUs : 0);
+      hardware_threads >= defaults::kSpinMinHardwareThreads ? defaults::kBatcherSpinUs : 0);
+}
+
+ResultSpin ResolveResultSpin(std::chrono::microseconds spin, unsigned hardware_threads) {
+  ResultSpin r;
+  r.max_spinners = std::max(1, static_cast<int>(hardware_threads /
+                                                defaults::kHardwareThreadsPerResultSpinner));
+  if (spin.count() != defaults::kResultSpinAuto) {
+    r.spin = spin;
+  } else {
+    r.spin = std::chrono::microseconds(hardware_threads >= defaults::kSpinMinHardwareThreads
+                                           ? defaults::kResultSpinUs
+                                           : defaults::kResultSpinShortUs);
+  }
+  return r;
 }
 
 }  // namespace attnrt::scheduler

@@ -110,13 +110,28 @@ struct SchedulerOptions {
   // How long the batching thread polls for work before it blocks (0 = never polls); -1 (the
   // default) = auto (ResolveBatcherSpin).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
+  // How long a thread waiting on a ResultFuture polls before it sleeps (at most
+  // defaults::kResultSpinShortUs is polled when the spinner slots are taken, see
+  // ResolveResultSpin); -1 (the default) = auto.
+  std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
 };
 
 // The poll a scheduler uses for batcher_spin = `spin` on a machine with `hardware_threads`
 // (std::thread::hardware_concurrency()): `spin` itself when >= 0; for -1,
-// defaults::kBatcherSpinUs with at least defaults::kBatcherSpinMinThreads threads, else 0.
+// defaults::kBatcherSpinUs with at least defaults::kSpinMinHardwareThreads threads, else 0.
 std::chrono::microseconds ResolveBatcherSpin(std::chrono::microseconds spin,
                                              unsigned hardware_threads);
+
+// The waiters' poll for result_spin = `spin` on a machine with `hardware_threads`: how long,
+// and how many waiters may poll that long at once. `spin` itself when >= 0; for -1,
+// defaults::kResultSpinUs with at least defaults::kSpinMinHardwareThreads threads, else
+// defaults::kResultSpinShortUs. Spinners: hardware_threads / kHardwareThreadsPerResultSpinner,
+// at least 1.
+struct ResultSpin {
+  std::chrono::microseconds spin{0};
+  int max_spinners = 1;
+};
+ResultSpin ResolveResultSpin(std::chrono::microseconds spin, unsigned hardware_threads);
 
 
 // Thread safety: Submit, Cancel, CreateProducer, Metrics and PrometheusText from any thread;

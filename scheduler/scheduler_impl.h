@@ -81,6 +81,11 @@ struct Scheduler::Producer::State {
   std::vector<RequestRecord*> cache;
 };
 
+inline internal::CompletionPool* NewCompletionPool(std::chrono::microseconds result_spin) {
+  const ResultSpin r = ResolveResultSpin(result_spin, std::thread::hardware_concurrency());
+  return new internal::CompletionPool(r.spin, r.max_spinners);
+}
+
 class Scheduler::Impl final : public ClockListener {
  public:
   Impl(const SchedulerOptions& options, runtime::Executor* executor, Clock* clock)
@@ -249,7 +254,7 @@ class Scheduler::Impl final : public ClockListener {
 
   internal::RecordPool pool_;
   // The future form's completion state; outlives this scheduler while futures hold some.
-  internal::CompletionPool* const completions_ = new internal::CompletionPool();
+  internal::CompletionPool* const completions_ = NewCompletionPool(options_.result_spin);
   IntakeQueue intake_;
   internal::SequenceActivity activity_;
   SchedulerMetrics metrics_;

@@ -118,11 +118,21 @@ inline constexpr int kCompletionThreads = 2;
 // closed-loop decode). 0 = block at once (no idle CPU spent).
 inline constexpr int kBatcherSpinUs = 100;
 // batcher_spin's default, "auto": kBatcherSpinUs on a machine with at least
-// kBatcherSpinMinThreads hardware threads, 0 below, where the polling thread would take the CPU
+// kSpinMinHardwareThreads hardware threads, 0 below, where the polling thread would take the CPU
 // from the producers and completion threads it waits for (2-core VM, 8 producers: 1.7-2.1 M
 // requests/s end to end polling, 2.1-2.7 M not; bench/NOTES.md).
 inline constexpr int kBatcherSpinAuto = -1;
-inline constexpr unsigned kBatcherSpinMinThreads = 4;
+inline constexpr unsigned kSpinMinHardwareThreads = 4;
+// A thread waiting on a ResultFuture polls this long before it sleeps: a closed-loop caller at
+// B=1 gets its result without a futex wake-up (~10 us of a ~50 us round trip on an H100 host).
+// "auto" (the default): kResultSpinUs with at least kSpinMinHardwareThreads hardware threads,
+// else kResultSpinShortUs; and at most one waiter in kHardwareThreadsPerResultSpinner polls the
+// long way at once (the others poll kResultSpinShortUs), so a thousand waiting threads cannot
+// take the cores the runtime's own threads need.
+inline constexpr int kResultSpinUs = 200;
+inline constexpr int kResultSpinShortUs = 4;
+inline constexpr int kResultSpinAuto = -1;
+inline constexpr unsigned kHardwareThreadsPerResultSpinner = 4;
 }  // namespace defaults
 
 }  // namespace attnrt

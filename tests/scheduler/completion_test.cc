@@ -47,6 +47,47 @@ TEST(ResultFutureTest, DeliveredFromAnotherThreadAfterTheWaiterSleeps) {
   EXPECT_FALSE(f.valid()) << "get() takes the result";
 }
 
+// The long poll goes to at most max_spinners waiters at once; the others poll briefly, and a
+// slot given back is taken again.
+TEST(CompletionPoolTest, LongPollIsRationedAmongWaiters) {
+  CompletionPool* pool = new CompletionPool(200us, 2);
+  bool a = false, b = false, c = false;
+  EXPECT_EQ(pool->BeginSpin(&a), 200us);
+  EXPECT_EQ(pool->BeginSpin(&b), 200us);
+  EXPECT_EQ(pool->BeginSpin(&c), CompletionPool::kShortPoll);
+  EXPECT_TRUE(a);
+  EXPECT_TRUE(b);
+  EXPECT_FALSE(c);
+  pool->EndSpin(c);
+  pool->EndSpin(a);
+  bool d = false;
+  EXPECT_EQ(pool->BeginSpin(&d), 200us);
+  EXPECT_TRUE(d);
+  pool->EndSpin(d);
+  pool->EndSpin(b);
+  pool->Orphan();
+}
+
+// A result due within the long poll is taken while polling; one past it after a sleep, and the
+// slot is free again afterwards either way.
+TEST(CompletionPoolTest, WaiterGivesItsPollSlotBack) {
+  CompletionPool* pool = new CompletionPool(50ms, 1);
+  for (auto delay : {1ms, 100ms}) {
+    Completion* c = pool->Acquire();
+    ResultFuture f = HandleAccess::MakeFuture(c);
+    std::thread producer([&] {
+      std::this_thread::sleep_for(delay);
+      pool->Fulfil(c, ResultWith(4, 2.0f));
+    });
+    EXPECT_EQ(HalfToFloat(f.get().output[3]), 2.0f);
+    producer.join();
+    bool slot = false;
+    EXPECT_EQ(pool->BeginSpin(&slot), 50ms) << "the waiter kept its poll slot";
+    pool->EndSpin(slot);
+  }
+  pool->Orphan();
+}
+
 TEST(ResultFutureTest, ReadyResultIsTakenWithoutWaiting) {
   Owner owner;
   Completion* c = owner.pool->Acquire();

@@ -151,6 +151,7 @@ TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
       {"num_priority_levels", [](SchedulerOptions& o) { o.num_priority_levels = 17; }},
       {"completion_threads", [](SchedulerOptions& o) { o.completion_threads = 0; }},
       {"batcher_spin", [](SchedulerOptions& o) { o.batcher_spin = microseconds(-2); }},
+      {"result_spin", [](SchedulerOptions& o) { o.result_spin = microseconds(-2); }},
   };
   for (const Case& c : cases) {
     SchedulerOptions o;
@@ -249,6 +250,24 @@ TEST(SchedulerDefaultsTest, BatcherSpinAutoPollsOnlyWithFourOrMoreHardwareThread
   // An explicit value is kept whatever the machine.
   EXPECT_EQ(ResolveBatcherSpin(microseconds(50), 2), microseconds(50));
   EXPECT_EQ(ResolveBatcherSpin(microseconds(0), 16), microseconds(0));
+}
+
+// result_spin's default: a long poll where cores are left for it, one long poller per four
+// hardware threads.
+TEST(SchedulerDefaultsTest, ResultSpinAutoPollsLongOnlyWithFourOrMoreHardwareThreads) {
+  const microseconds automatic = SchedulerOptions{}.result_spin;
+  EXPECT_EQ(automatic, microseconds(-1));
+  EXPECT_EQ(ResolveResultSpin(automatic, 2).spin, microseconds(4));
+  EXPECT_EQ(ResolveResultSpin(automatic, 2).max_spinners, 1);
+  EXPECT_EQ(ResolveResultSpin(automatic, 4).spin, microseconds(200));
+  EXPECT_EQ(ResolveResultSpin(automatic, 16).spin, microseconds(200));
+  EXPECT_EQ(ResolveResultSpin(automatic, 16).max_spinners, 4);
+  EXPECT_EQ(ResolveResultSpin(automatic, 0).spin, microseconds(4));  // count unknown
+  EXPECT_EQ(ResolveResultSpin(automatic, 0).max_spinners, 1);
+  // An explicit value is kept whatever the machine; the spinner count still follows it.
+  EXPECT_EQ(ResolveResultSpin(microseconds(50), 2).spin, microseconds(50));
+  EXPECT_EQ(ResolveResultSpin(microseconds(0), 16).spin, microseconds(0));
+  EXPECT_EQ(ResolveResultSpin(microseconds(0), 16).max_spinners, 4);
 }
 
 TEST_F(SchedulerTest, NonFiniteValuesPassWhenTheCheckIsOff) {
