@@ -52,7 +52,8 @@ struct Options {
   int iterations = 2000;
   double duration_s = 0.5;
   bool quick = false;
-  bool b1_only = false;  // the floor and B=1 rows only (no summary)
+  // Sections to run: the floors and B=1 rows, host CPU, saturation (the summary needs all).
+  bool b1 = true, host = true, saturation = true;
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -612,6 +613,7 @@ Saturation MeasureSaturation(int batch, double duration_s) {
     }
   }
   (void)(*ex)->TakeTimings();
+  std::printf("  prefilled %d sequences of %d tokens\n", kSequences, kContext);
   auto cap = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
   if (!cap.ok()) Die("capacity: " + cap.status().ToString());
   PrintPieceTimings("capacity", (*ex)->TakeTimings());
@@ -657,51 +659,75 @@ int Run(const Options& o) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured (a long run shows progress)
 
   std::printf("device: %s\n", prop.name);
-  std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
+  const Clock::time_point start = Clock::now();
+  auto section = [&](const char* what) {
+    std::printf("[%.0f s] %s\n", std::chrono::duration<double>(Clock::now() - start).count(),
+                what);
+  };
   std::vector<std::pair<int, LatencyUs>> floors;
-  for (int b : {1, 32, 128}) {
-    floors.emplace_back(b, MeasureFloor(b, iters));
-    std::printf("%-34s %10.2f %10.2f %8s\n", ("floor B=" + std::to_string(b)).c_str(),
-                floors.back().second.p50, floors.back().second.p99, "1.00");
+  LatencyUs floor1, floor_decode, graph, eager, executor1, callback1, short_poll;
+  if (o.b1) {
+    section("floors and B=1 rows");
+    std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
+    for (int b : {1, 32, 128}) {
+      floors.emplace_back(b, MeasureFloor(b, iters));
+      std::printf("%-34s %10.2f %10.2f %8s\n", ("floor B=" + std::to_string(b)).c_str(),
+                  floors.back().second.p50, floors.back().second.p99, "1.00");
+    }
+    floor1 = floors[0].second;
+    floor_decode = MeasureFloorWithDecode(iters);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step",
+                floor_decode.p50, floor_decode.p99, floor_decode.p50 / floor1.p50);
+    graph = MeasureB1(true, iters);
+    eager = MeasureB1(false, iters);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 graph (Submit->result)", graph.p50,
+                graph.p99, graph.p50 / floor1.p50);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Submit->result)", eager.p50,
+                eager.p99, eager.p50 / floor1.p50);
+    executor1 = MeasureExecutorB1(iters);
+    callback1 = MeasureB1(true, iters, /*callback_spin=*/true);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: executor (caller spins)", executor1.p50,
+                executor1.p99, executor1.p50 / floor1.p50);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)",
+                callback1.p50, callback1.p99, callback1.p50 / floor1.p50);
+    short_poll =
+        MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
+                short_poll.p99, short_poll.p50 / floor1.p50);
+    std::printf("  B=1 graph p50 over the floor with the decode step: %.2f\n",
+                graph.p50 / floor_decode.p50);
   }
-  const LatencyUs floor1 = floors[0].second;
-  const LatencyUs floor_decode = MeasureFloorWithDecode(iters);
-  std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step", floor_decode.p50,
-              floor_decode.p99, floor_decode.p50 / floor1.p50);
-  const LatencyUs graph = MeasureB1(true, iters);
-  const LatencyUs eager = MeasureB1(false, iters);
-  std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 graph (Submit->result)", graph.p50,
-              graph.p99, graph.p50 / floor1.p50);
-  std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Submit->result)", eager.p50,
-              eager.p99, eager.p50 / floor1.p50);
-  const LatencyUs executor1 = MeasureExecutorB1(iters);
-  const LatencyUs callback1 = MeasureB1(true, iters, /*callback_spin=*/true);
-  std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: executor (caller spins)", executor1.p50,
-              executor1.p99, executor1.p50 / floor1.p50);
-  std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)", callback1.p50,
-              callback1.p99, callback1.p50 / floor1.p50);
-  const LatencyUs short_poll =
-      MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
-  std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
-              short_poll.p99, short_poll.p50 / floor1.p50);
-  std::printf("  B=1 graph p50 over the floor with the decode step: %.2f\n",
-              graph.p50 / floor_decode.p50);
-  if (o.b1_only) return 0;
-  const HostCpu host = MeasureHostCpu(dur);
-  std::printf("host cpu per request at B=128: runtime %.3f us (in Submit %.3f), whole process "
-              "%.3f us\n", host.runtime_us, host.submit_us, host.process_us);
-  const HostCpu host_spun = MeasureHostCpu(dur, false, Variation{.sleep_through_steps = false});
-  std::printf("host cpu per request at B=128, steps spin-waited (A/B): runtime %.3f us (in "
-              "Submit %.3f), whole process %.3f us\n", host_spun.runtime_us, host_spun.submit_us,
-              host_spun.process_us);
-  const HostCpu host_device = MeasureHostCpu(dur, /*device_inputs=*/true);
-  std::printf("host cpu per request at B=128, device-memory requests: runtime %.3f us (in "
-              "Submit %.3f), whole process %.3f us\n", host_device.runtime_us,
-              host_device.submit_us, host_device.process_us);
-  const Saturation s32 = MeasureSaturation(32, dur);
-  const Saturation s128 = MeasureSaturation(128, dur);
+  HostCpu host, host_spun, host_device;
+  if (o.host) {
+    section("host CPU at B=128 (host-memory requests)");
+    host = MeasureHostCpu(dur);
+    std::printf("host cpu per request at B=128: runtime %.3f us (in Submit %.3f), whole process "
+                "%.3f us\n", host.runtime_us, host.submit_us, host.process_us);
+    section("host CPU at B=128, steps spin-waited (A/B)");
+    host_spun = MeasureHostCpu(dur, false, Variation{.sleep_through_steps = false});
+    std::printf("host cpu per request at B=128, steps spin-waited (A/B): runtime %.3f us (in "
+                "Submit %.3f), whole process %.3f us\n", host_spun.runtime_us,
+                host_spun.submit_us, host_spun.process_us);
+    section("host CPU at B=128 (device-memory requests)");
+    host_device = MeasureHostCpu(dur, /*device_inputs=*/true);
+    std::printf("host cpu per request at B=128, device-memory requests: runtime %.3f us (in "
+                "Submit %.3f), whole process %.3f us\n", host_device.runtime_us,
+                host_device.submit_us, host_device.process_us);
+  }
+  Saturation s32, s128;
+  if (o.saturation) {
+    section("saturation at max batch 32");
+    s32 = MeasureSaturation(32, dur);
+    section("saturation at max batch 128");
+    s128 = MeasureSaturation(128, dur);
+  }
+  section("done");
 
   if (o.out_dir.empty()) return 0;
+  if (!(o.b1 && o.host && o.saturation)) {
+    std::printf("no summary: --sections left some out\n");
+    return 0;
+  }
   const std::string path = o.out_dir + "/summary.json";
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) Die("cannot write " + path);
@@ -758,7 +784,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick] [--b1-only]\n"
+          "[--quick] [--sections LIST] [--b1-only]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -768,7 +794,10 @@ int main(int argc, char** argv) {
           "  --iterations N   latency samples per row (default 2000)\n"
           "  --duration S     seconds per load run (default 0.5)\n"
           "  --quick          300 samples, 0.2 s runs\n"
-          "  --b1-only        the floor and B=1 rows only (no host CPU, saturation or summary)\n");
+          "  --sections LIST  comma-separated, of b1 (floors and B=1 rows), host (host CPU at\n"
+          "                   B=128), saturation (max batch 32 and 128); default all (the\n"
+          "                   summary is written only with all three)\n"
+          "  --b1-only        --sections b1\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -781,7 +810,18 @@ int main(int argc, char** argv) {
     } else if (a == "--quick") {
       o.quick = true;
     } else if (a == "--b1-only") {
-      o.b1_only = true;
+      o.b1 = true;
+      o.host = o.saturation = false;
+    } else if (a == "--sections") {
+      const std::string list = "," + value("--sections") + ",";
+      o.b1 = list.find(",b1,") != std::string::npos;
+      o.host = list.find(",host,") != std::string::npos;
+      o.saturation = list.find(",saturation,") != std::string::npos;
+      if (!(o.b1 || o.host || o.saturation)) {
+        std::fprintf(stderr, "api_host_path_bench: --sections names none of b1, host, "
+                             "saturation\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "api_host_path_bench: unknown argument '%s' (--help)\n", a.c_str());
       return 2;
