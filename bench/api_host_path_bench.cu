@@ -17,6 +17,7 @@
 // Writes <out>/summary.json (the keys issue 11 names) and prints a table. Needs a GPU.
 #include <cuda_runtime.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +74,46 @@ using attnrt::tools::Percentile;
 __global__ void TouchKernel(const unsigned char* in, unsigned char* out) {
   if (threadIdx.x == 0) out[0] = in[0];
 }
+
+// A run that has not finished within its limit prints the state it was in and every thread's
+// (name, scheduler state, the system call it sits in: /proc/self/task) and exits with 3, so a
+// hang leaves evidence instead of an outer timeout.
+class Watchdog {
+ public:
+  Watchdog(std::string what, double limit_s, std::function<std::string()> state)
+      : thread_([this, what = std::move(what), limit_s, state = std::move(state)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, std::chrono::duration<double>(limit_s), [&] { return done_; })) {
+            return;
+          }
+          std::printf("WATCHDOG: %s has not finished after %.0f s\n%s\nthreads:\n", what.c_str(),
+                      limit_s, state ? state().c_str() : "");
+          char command[512];
+          std::snprintf(command, sizeof(command),
+                        "for t in /proc/%d/task/*; do echo \"$(cat $t/comm) "
+                        "state=$(cut -d' ' -f3 $t/stat) utime=$(cut -d' ' -f14 $t/stat) "
+                        "syscall=$(cut -d' ' -f1-3 $t/syscall 2>/dev/null)\"; done",
+                        static_cast<int>(getpid()));
+          std::fflush(stdout);
+          if (std::system(command) != 0) std::printf("(thread listing failed)\n");
+          std::fflush(stdout);
+          std::_Exit(3);
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 struct LatencyUs {
   double p50 = 0, p99 = 0;
@@ -491,6 +533,10 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
   std::atomic<std::int64_t> completed{0}, failed{0};
   std::atomic<bool> stop{false};
   std::vector<std::atomic<bool>> busy(kSequences);
+  auto watchdog = std::make_unique<Watchdog>(
+      "host cpu run", duration_s + 30, [&] {
+        return "completed " + std::to_string(completed.load()) + "\n" + rt->MetricsText();
+      });
   std::vector<double> producer_cpu(kProducers, 0.0), in_submit_s(kProducers, 0.0);
   const double cpu0 = ProcessCpuSeconds();
   const Clock::time_point t0 = Clock::now();
@@ -536,6 +582,7 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
   for (std::thread& t : producers) t.join();
   rt->Drain();
   const double cpu = ProcessCpuSeconds() - cpu0;
+  watchdog.reset();
   rt.reset();
   if (device_rows != nullptr) cudaFree(device_rows);
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -614,10 +661,14 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   }
   (void)(*ex)->TakeTimings();
   std::printf("  prefilled %d sequences of %d tokens\n", kSequences, kContext);
+  auto capacity_watchdog = std::make_unique<Watchdog>("capacity run", duration_s + 30, nullptr);
   auto cap = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
   if (!cap.ok()) Die("capacity: " + cap.status().ToString());
+  capacity_watchdog.reset();
   PrintPieceTimings("capacity", (*ex)->TakeTimings());
   auto run = [&](double rate) {
+    Watchdog watchdog("open-loop run at " + std::to_string(rate) + " req/s", duration_s + 40,
+                      nullptr);
     tools::OpenLoopConfig c;
     c.rate_per_s = rate;
     c.window = std::chrono::microseconds(kWindowUs);

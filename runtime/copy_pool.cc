@@ -1,5 +1,7 @@
 #include "runtime/copy_pool.h"
 
+#include "api/internal/thread_name.h"
+
 namespace attnrt::runtime {
 
 CopyPool::CopyPool(int helpers) {
@@ -49,6 +51,7 @@ void CopyPool::Work() {
 }
 
 void CopyPool::HelperLoop() {
+  attnrt::internal::NameThisThread("attnrt-pack");
   unsigned long long seen = 0;
   for (;;) {
     {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/internal/log.h"
+#include "api/internal/thread_name.h"
 #include "kernels/reference.h"
 
 namespace attnrt::runtime {
@@ -42,7 +43,10 @@ CpuExecutor::CpuExecutor(const CpuExecutorOptions& options,
   // Allocate runs under the planner's table lock; the point itself is thread-safe.
   cache_->allocator().SetFailureHookForTesting(
       [faults = faults_] { return faults->block_allocation.Hit(); });
-  worker_ = std::thread([this] { WorkerLoop(); });
+  worker_ = std::thread([this] {
+    attnrt::internal::NameThisThread("attnrt-cpu-exec");
+    WorkerLoop();
+  });
 }
 
 CpuExecutor::~CpuExecutor() {

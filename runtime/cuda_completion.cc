@@ -2,6 +2,8 @@
 // host requests' outputs back, settles the plan and calls the batch's callback.
 #include "runtime/cuda_executor_impl.h"
 
+#include "api/internal/thread_name.h"
+
 #if defined(__linux__)
 #include <sys/prctl.h>
 #endif
@@ -46,6 +48,7 @@ cudaError_t StepEstimates::Wait(cudaEvent_t done, std::size_t key, Clock::time_p
 }
 
 void CudaExecutor::Impl::CompletionLoop() {
+  attnrt::internal::NameThisThread("attnrt-gpu-done");
 #if defined(__linux__)
   // Timed sleeps (sleep_through_steps) wake within ~1 us of their time, not the default 50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

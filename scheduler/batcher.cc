@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/internal/log.h"
+#include "api/internal/thread_name.h"
 
 namespace attnrt::scheduler {
 
@@ -25,6 +26,7 @@ void Scheduler::Impl::SpinBeforeSleep(ClockNanos wake_at) {
 }
 
 void Scheduler::Impl::Run() {
+  attnrt::internal::NameThisThread("attnrt-batcher");
 #if defined(__linux__)
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // 1 us: the window is tens of microseconds
 #endif
