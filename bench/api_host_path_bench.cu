@@ -299,15 +299,20 @@ ModelShape B1Shape() {
 
 // Sequences 0..n-1, each layer prefilled with kContext tokens of fresh N(0,1) K/V, on a Runtime
 // or straight on an executor (their Prefill takes spans and pointers respectively).
+// The N(0,1) values are drawn once (drawing them per sequence took ~90 s for the 512 sequences of
+// the host-CPU rows); each (sequence, layer) takes its own window of them.
 template <typename Target>
 void PrefillSequences(Target& target, const ModelShape& shape, int n) {
   testing::NormalRng rng(3);
-  std::vector<Half> k(std::size_t(kContext) * shape.kv_token_elems()), v(k.size());
+  const std::size_t elems = std::size_t(kContext) * shape.kv_token_elems();
+  std::vector<Half> pool(2 * elems + 1);
+  testing::FillNormal(pool, rng);
   for (int seq = 0; seq < n; ++seq) {
     if (!target.CreateSequence(seq).ok()) Die("CreateSequence");
     for (int layer = 0; layer < shape.num_layers; ++layer) {
-      testing::FillNormal(k, rng);
-      testing::FillNormal(v, rng);
+      const std::size_t at =
+          (std::size_t(seq) * shape.num_layers + layer) * 7919 * shape.head_dim % elems;
+      const std::span<const Half> k(pool.data() + at, elems), v(pool.data() + at + 1, elems);
       const Status s = [&] {
         if constexpr (std::is_base_of_v<Runtime, Target>) {
           return target.Prefill(seq, layer, kContext, k, v);
@@ -640,6 +645,7 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   shape.num_kv_heads = 8;
   shape.head_dim = 128;
   shape.block_size = 16;
+  // Room for the growth of one run (each starts again at kContext) at up to 3 M requests/s.
   shape.max_context = kContext + static_cast<int>(3 * 1.0e6 * duration_s / kSequences * 1.5) + 64;
   runtime::CudaExecutorOptions co;
   co.shape = shape;
@@ -648,17 +654,16 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
-  // Every sequence starts at kContext tokens.
-  {
-    std::mt19937_64 rng(9);
-    const std::vector<Half> kv =
-        tools::UniformHalves(rng, std::size_t(kContext) * shape.kv_token_elems());
-    for (int s = 0; s < kSequences; ++s) {
-      if (!(*ex)->CreateSequence(s).ok()) Die("CreateSequence");
-      const Status p = (*ex)->Prefill(s, 0, kContext, kv.data(), kv.data());
-      if (!p.ok()) Die("Prefill: " + p.ToString());
-    }
-  }
+  // Every run starts with every sequence at kContext tokens (tools::ResetSequences: runs
+  // compared with each other attend over the same lengths).
+  std::mt19937_64 rng(9);
+  const std::vector<Half> kv =
+      tools::UniformHalves(rng, std::size_t(kContext) * shape.kv_token_elems());
+  auto reset = [&] {
+    const Status p = tools::ResetSequences(ex->get(), kSequences, kContext, kv);
+    if (!p.ok()) Die("ResetSequences: " + p.ToString());
+  };
+  reset();
   (void)(*ex)->TakeTimings();
   std::printf("  prefilled %d sequences of %d tokens\n", kSequences, kContext);
   auto capacity_watchdog = std::make_unique<Watchdog>("capacity run", duration_s + 30, nullptr);
@@ -681,9 +686,11 @@ Saturation MeasureSaturation(int batch, double duration_s) {
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
     return *r;
   };
+  reset();
   const tools::OpenLoopResult sat = run(1.5 * cap->throughput_per_s);
   PrintPieceTimings("1.5x offered (batch mean " + std::to_string(sat.batch_mean) + ")",
                     (*ex)->TakeTimings());
+  reset();
   const tools::OpenLoopResult loaded = run(0.7 * cap->throughput_per_s);
   PrintPieceTimings("70% load (batch mean " + std::to_string(loaded.batch_mean) + ")",
                     (*ex)->TakeTimings());

@@ -321,6 +321,20 @@ bool WriteJsonFile(const std::string& path, const nlohmann::ordered_json& j) {
 // `sequences` sequences of up to `max_context` tokens and batches of `max_batch`, its sequences
 // created and prefilled with `context` tokens of values in [-1, 1] (what the open-loop output
 // check needs, RunPoint). Null, after saying why, when it cannot be built.
+// Sequences 0..o.sequences-1 (again) at o.context tokens each: before every run whose figures are
+// compared with another's (tools::ResetSequences).
+bool ResetSequences(const ToolOptions& o, attnrt::runtime::Executor* executor) {
+  std::mt19937_64 rng(12345);
+  const std::vector<Half> kv = attnrt::tools::UniformHalves(
+      rng, static_cast<std::size_t>(o.context) * executor->shape().kv_token_elems());
+  const attnrt::Status st = attnrt::tools::ResetSequences(executor, o.sequences, o.context, kv);
+  if (!st.ok()) {
+    std::fprintf(stderr, "tune_window: prefilling the sequences: %s\n", st.ToString().c_str());
+    return false;
+  }
+  return true;
+}
+
 std::unique_ptr<attnrt::runtime::Executor> MakeExecutor(const ToolOptions& o, int max_context,
                                                         int max_batch, std::string* device) {
   attnrt::ModelShape shape;
@@ -377,17 +391,7 @@ std::unique_ptr<attnrt::runtime::Executor> MakeExecutor(const ToolOptions& o, in
     *device += " (injecting failures: testing only)";
   }
 
-  std::mt19937_64 rng(12345);
-  const std::vector<Half> kv = attnrt::tools::UniformHalves(
-      rng, static_cast<std::size_t>(o.context) * shape.kv_token_elems());
-  for (int s = 0; s < o.sequences; ++s) {
-    attnrt::Status st = executor->CreateSequence(s);
-    if (st.ok()) st = executor->Prefill(s, 0, o.context, kv.data(), kv.data());
-    if (!st.ok()) {
-      std::fprintf(stderr, "tune_window: sequence %d: %s\n", s, st.ToString().c_str());
-      return nullptr;
-    }
-  }
+  if (!ResetSequences(o, executor.get())) return nullptr;
   return executor;
 }
 
@@ -667,6 +671,8 @@ int main(int argc, char** argv) {
   if (o.criteria_batch > 0) {
     const int b = o.criteria_batch;
     const int w = o.criteria_window_us;
+    // Each of the three runs starts from the prefill length (the sweep grew the contexts).
+    if (!ResetSequences(o, executor.get())) return 1;
     auto cap = attnrt::tools::MeasureExecutorCapacity(executor.get(), b, o.sequences, o.duration_s);
     if (!cap.ok()) {
       std::fprintf(stderr, "tune_window: FAILED: capacity run: %s\n",
@@ -676,7 +682,9 @@ int main(int argc, char** argv) {
     std::printf("\ncriteria at max batch %d, window %d us\n", b, w);
     std::printf("  kernel-only capacity: %.0f req/s (%lld batches of %d, step %.1f us)\n",
                 cap->throughput_per_s, static_cast<long long>(cap->batches), b, cap->step_us);
+    if (!ResetSequences(o, executor.get())) return 1;
     auto saturated = RunPoint(o, executor.get(), 1.5 * cap->throughput_per_s, w, b);
+    if (!ResetSequences(o, executor.get())) return 1;
     auto loaded = RunPoint(o, executor.get(), 0.7 * cap->throughput_per_s, w, b);
     if (!saturated.ok() || !loaded.ok()) {
       std::fprintf(stderr, "tune_window: FAILED: criteria run: %s\n",
