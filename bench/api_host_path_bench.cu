@@ -56,6 +56,9 @@ struct Options {
   bool quick = false;
   // Sections to run: the floors and B=1 rows, host CPU, saturation (the summary needs all).
   bool b1 = true, host = true, saturation = true;
+  // Saturation at max batch 32 and 128 with the completion thread sleeping through steps and
+  // spinning them whole, alternating, twice (--saturation-ab; not part of the summary).
+  bool saturation_ab = false;
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -637,7 +640,7 @@ struct Saturation {
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
-Saturation MeasureSaturation(int batch, double duration_s) {
+Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_steps = true) {
   constexpr int kWindowUs = 200, kSequences = 1024;
   ModelShape shape;
   shape.num_layers = 1;
@@ -652,6 +655,7 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
   co.max_batch_size = batch;
   co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
+  co.sleep_through_steps = sleep_through_steps;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   // Every run starts with every sequence at kContext tokens (tools::ResetSequences: runs
@@ -700,9 +704,9 @@ Saturation MeasureSaturation(int batch, double duration_s) {
   s.ratio = sat.throughput_per_s / cap->throughput_per_s;
   s.p99_70_us = loaded.rejected > 0 ? 1e9 : loaded.p99_us;  // shedding at 70% fails the bound
   s.bound_us = kWindowUs + 2 * cap->step_us;
-  std::printf("saturation B=%d: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
+  std::printf("saturation B=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
               "%.3f x; 70%% load p99 %.0f us (queue p99 %.0f, executor p50 %.0f) vs bound %.0f us\n",
-              batch, s.capacity, s.step_us, sat.throughput_per_s, s.ratio, loaded.p99_us,
+              batch, sleep_through_steps ? "" : " (steps spin-waited)", s.capacity, s.step_us, sat.throughput_per_s, s.ratio, loaded.p99_us,
               loaded.queue_delay_p99_us, loaded.executor_p50_us, s.bound_us);
   return s;
 }
@@ -771,6 +775,16 @@ int Run(const Options& o) {
     std::printf("host cpu per request at B=128, device-memory requests: runtime %.3f us (in "
                 "Submit %.3f), whole process %.3f us\n", host_device.runtime_us,
                 host_device.submit_us, host_device.process_us);
+  }
+  if (o.saturation_ab) {
+    for (int round = 0; round < 2; ++round) {
+      for (int batch : {32, 128}) {
+        for (bool sleep : {true, false}) {
+          section(("saturation A/B, round " + std::to_string(round + 1)).c_str());
+          (void)MeasureSaturation(batch, dur, sleep);
+        }
+      }
+    }
   }
   Saturation s32, s128;
   if (o.saturation) {
@@ -842,7 +856,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick] [--sections LIST] [--b1-only]\n"
+          "[--quick] [--sections LIST] [--b1-only] [--saturation-ab]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -855,7 +869,9 @@ int main(int argc, char** argv) {
           "  --sections LIST  comma-separated, of b1 (floors and B=1 rows), host (host CPU at\n"
           "                   B=128), saturation (max batch 32 and 128); default all (the\n"
           "                   summary is written only with all three)\n"
-          "  --b1-only        --sections b1\n");
+          "  --b1-only        --sections b1\n"
+          "  --saturation-ab  also: saturation at max batch 32 and 128 with steps slept through\n"
+          "                   and spin-waited, alternating, twice (sleep_through_steps A/B)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -870,12 +886,14 @@ int main(int argc, char** argv) {
     } else if (a == "--b1-only") {
       o.b1 = true;
       o.host = o.saturation = false;
+    } else if (a == "--saturation-ab") {
+      o.saturation_ab = true;
     } else if (a == "--sections") {
       const std::string list = "," + value("--sections") + ",";
       o.b1 = list.find(",b1,") != std::string::npos;
       o.host = list.find(",host,") != std::string::npos;
       o.saturation = list.find(",saturation,") != std::string::npos;
-      if (!(o.b1 || o.host || o.saturation)) {
+      if (!(o.b1 || o.host || o.saturation) && !o.saturation_ab) {
         std::fprintf(stderr, "api_host_path_bench: --sections names none of b1, host, "
                              "saturation\n");
         return 2;
