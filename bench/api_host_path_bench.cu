@@ -615,9 +615,9 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
   return h;
 }
 
-// Medians of the executor's per-piece host and GPU times over one run.
-void PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t) {
-  if (t.empty()) return;
+// Medians of the executor's per-piece host and GPU times over one run; returns the GPU one.
+double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t) {
+  if (t.empty()) return 0.0;
   auto median = [&](double runtime::PieceTimings::*field) {
     std::vector<double> v;
     v.reserve(t.size());
@@ -632,10 +632,15 @@ void PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings
                 for (const runtime::PieceTimings& p : t) v.push_back(p.requests);
                 return Percentile(v, 0.5);
               }());
+  return median(&runtime::PieceTimings::gpu_us);
 }
 
 struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
+  // The GPU's own bound: batch / the capacity run's median GPU time per piece (CUDA events),
+  // and the 1.5x run's throughput over it. Steadier than the closed-loop capacity, whose
+  // submitting thread does not always keep the GPU busy on a noisy host.
+  double gpu_capacity = 0, gpu_ratio = 0;
 };
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
@@ -674,7 +679,7 @@ Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_st
   auto cap = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
   if (!cap.ok()) Die("capacity: " + cap.status().ToString());
   capacity_watchdog.reset();
-  PrintPieceTimings("capacity", (*ex)->TakeTimings());
+  const double capacity_gpu_us = PrintPieceTimings("capacity", (*ex)->TakeTimings());
   auto run = [&](double rate) {
     Watchdog watchdog("open-loop run at " + std::to_string(rate) + " req/s", duration_s + 40,
                       nullptr);
@@ -702,11 +707,15 @@ Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_st
   s.capacity = cap->throughput_per_s;
   s.step_us = cap->step_us;
   s.ratio = sat.throughput_per_s / cap->throughput_per_s;
+  s.gpu_capacity = capacity_gpu_us > 0 ? batch * 1e6 / capacity_gpu_us : 0;
+  s.gpu_ratio = s.gpu_capacity > 0 ? sat.throughput_per_s / s.gpu_capacity : 0;
   s.p99_70_us = loaded.rejected > 0 ? 1e9 : loaded.p99_us;  // shedding at 70% fails the bound
   s.bound_us = kWindowUs + 2 * cap->step_us;
   std::printf("saturation B=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
-              "%.3f x; 70%% load p99 %.0f us (queue p99 %.0f, executor p50 %.0f) vs bound %.0f us\n",
-              batch, sleep_through_steps ? "" : " (steps spin-waited)", s.capacity, s.step_us, sat.throughput_per_s, s.ratio, loaded.p99_us,
+              "%.3f x (of the GPU's bound %.0f req/s: %.3f x); 70%% load p99 %.0f us (queue p99 "
+              "%.0f, executor p50 %.0f) vs bound %.0f us\n",
+              batch, sleep_through_steps ? "" : " (steps spin-waited)", s.capacity, s.step_us,
+              sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, loaded.p99_us,
               loaded.queue_delay_p99_us, loaded.executor_p50_us, s.bound_us);
   return s;
 }
@@ -824,7 +833,9 @@ int Run(const Options& o) {
                " \"saturation_b32\": %.3f, \"saturation_b128\": %.3f,\n"
                " \"p99_70_b32_us\": %.1f, \"bound_b32_us\": %.1f, \"p99_70_b128_us\": %.1f, "
                "\"bound_b128_us\": %.1f,\n"
-               " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f}\n",
+               " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
+               " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
+               "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, graph.p50, graph.p99,
                graph.p50 / floor1.p50, graph.p99 / floor1.p50, eager.p50, eager.p99,
@@ -833,7 +844,8 @@ int Run(const Options& o) {
                host_device.runtime_us,
                host_device.submit_us, s32.ratio, s128.ratio,
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us, s32.capacity,
-               s128.capacity);
+               s128.capacity,
+               s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity);
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
   return 0;
