@@ -110,8 +110,8 @@ struct SchedulerOptions {
   // How long the batching thread polls for work before it blocks (0 = never polls); -1 (the
   // default) = auto (ResolveBatcherSpin).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
-  // How long a thread waiting on a ResultFuture polls before it sleeps (at most
-  // defaults::kResultSpinShortUs is polled when the spinner slots are taken, see
+  // How long a thread waiting on a ResultFuture polls before it sleeps (every waiter polls at
+  // least defaults::kResultSpinShortUs, and only that when the long pollers' slots are taken:
   // ResolveResultSpin); -1 (the default) = auto.
   std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
 };

@@ -56,9 +56,9 @@ struct RuntimeOptions {
   // How long the batching thread polls for new requests before it sleeps; 0 = sleep at once;
   // -1 (the default) = 100 us on a machine with 4 or more hardware threads, else 0.
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
-  // How long a thread waiting on a ResultFuture polls before it sleeps; -1 (the default) = 200
-  // us on a machine with 4 or more hardware threads (at most one waiter per 4 hardware threads
-  // polls that long at once, the others 4 us), else 4 us.
+  // How long a thread waiting on a ResultFuture polls before it sleeps (every waiter polls at
+  // least 4 us); -1 (the default) = 200 us on a machine with 4 or more hardware threads (at most
+  // one waiter per 4 hardware threads polls that long at once, the others 4 us), else 4 us.
   std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
 
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
