@@ -59,6 +59,7 @@ struct Options {
   // Saturation at max batch 32 and 128 with the completion thread sleeping through steps and
   // spinning them whole, alternating, twice (--saturation-ab; not part of the summary).
   bool saturation_ab = false;
+  int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -645,7 +646,8 @@ struct Saturation {
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
-Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_steps = true) {
+Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_steps = true,
+                             int pack_threads = -1) {
   constexpr int kWindowUs = 200, kSequences = 1024;
   ModelShape shape;
   shape.num_layers = 1;
@@ -661,6 +663,7 @@ Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_st
   co.max_batch_size = batch;
   co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
   co.sleep_through_steps = sleep_through_steps;
+  co.pack_threads = pack_threads;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   // Every run starts with every sequence at kContext tokens (tools::ResetSequences: runs
@@ -790,7 +793,7 @@ int Run(const Options& o) {
       for (int batch : {32, 128}) {
         for (bool sleep : {true, false}) {
           section(("saturation A/B, round " + std::to_string(round + 1)).c_str());
-          (void)MeasureSaturation(batch, dur, sleep);
+          (void)MeasureSaturation(batch, dur, sleep, o.pack_threads);
         }
       }
     }
@@ -798,9 +801,9 @@ int Run(const Options& o) {
   Saturation s32, s128;
   if (o.saturation) {
     section("saturation at max batch 32");
-    s32 = MeasureSaturation(32, dur);
+    s32 = MeasureSaturation(32, dur, true, o.pack_threads);
     section("saturation at max batch 128");
-    s128 = MeasureSaturation(128, dur);
+    s128 = MeasureSaturation(128, dur, true, o.pack_threads);
   }
   section("done");
 
@@ -883,7 +886,8 @@ int main(int argc, char** argv) {
           "                   summary is written only with all three)\n"
           "  --b1-only        --sections b1\n"
           "  --saturation-ab  also: saturation at max batch 32 and 128 with steps slept through\n"
-          "                   and spin-waited, alternating, twice (sleep_through_steps A/B)\n");
+          "                   and spin-waited, alternating, twice (sleep_through_steps A/B)\n"
+          "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -898,6 +902,8 @@ int main(int argc, char** argv) {
     } else if (a == "--b1-only") {
       o.b1 = true;
       o.host = o.saturation = false;
+    } else if (a == "--pack-threads") {
+      o.pack_threads = std::atoi(value("--pack-threads").c_str());
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
     } else if (a == "--sections") {
