@@ -42,6 +42,7 @@
 #include "tests/support/random_fp16.h"
 #include "tools/open_loop.h"
 #include "tools/percentile.h"
+#include "tools/watchdog.h"
 
 namespace attnrt::bench {
 namespace {
@@ -80,48 +81,44 @@ __global__ void TouchKernel(const unsigned char* in, unsigned char* out) {
 }
 
 // A run that has not finished within its limit prints the state it was in and every thread's
-// (name, scheduler state, the system call it sits in: /proc/self/task) and exits with 3, so a
+// (name, scheduler state, the system call it sits in: /proc/<pid>/task) and exits with 3, so a
 // hang leaves evidence instead of an outer timeout.
-class Watchdog {
- public:
-  Watchdog(std::string what, double limit_s, std::function<std::string()> state)
-      : thread_([this, what = std::move(what), limit_s, state = std::move(state)] {
-          std::unique_lock<std::mutex> lock(mu_);
-          if (cv_.wait_for(lock, std::chrono::duration<double>(limit_s), [&] { return done_; })) {
-            return;
-          }
-          std::printf("WATCHDOG: %s has not finished after %.0f s\n%s\nthreads:\n", what.c_str(),
-                      limit_s, state ? state().c_str() : "");
-          char command[512];
-          std::snprintf(command, sizeof(command),
-                        "for t in /proc/%d/task/*; do echo \"$(cat $t/comm) "
-                        "state=$(cut -d' ' -f3 $t/stat) utime=$(cut -d' ' -f14 $t/stat) "
-                        "syscall=$(cut -d' ' -f1-3 $t/syscall 2>/dev/null)\"; done",
-                        static_cast<int>(getpid()));
-          std::fflush(stdout);
-          if (std::system(command) != 0) std::printf("(thread listing failed)\n");
-          std::fflush(stdout);
-          std::_Exit(3);
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
+std::unique_ptr<tools::Watchdog> WatchRun(std::string what, double limit_s,
+                                         std::function<std::string()> state = nullptr) {
+  return std::make_unique<tools::Watchdog>(limit_s, [what = std::move(what), limit_s, state] {
+    std::printf("WATCHDOG: %s has not finished after %.0f s\n%s\nthreads:\n", what.c_str(), limit_s,
+                state ? state().c_str() : "");
+    char command[512];
+    std::snprintf(command, sizeof(command),
+                  "for t in /proc/%d/task/*; do echo \"$(cat $t/comm) "
+                  "state=$(cut -d' ' -f3 $t/stat) utime=$(cut -d' ' -f14 $t/stat) "
+                  "syscall=$(cut -d' ' -f1-3 $t/syscall 2>/dev/null)\"; done",
+                  static_cast<int>(getpid()));
+    std::fflush(stdout);
+    if (std::system(command) != 0) std::printf("(thread listing failed)\n");
+  });
+}
 
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 struct LatencyUs {
   double p50 = 0, p99 = 0;
 };
+
+// Launch -> stream sync of `exec`, 100 warm-up replays then `iterations` timed; `before(i)` runs
+// ahead of replay i (untimed).
+LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
+                      const std::function<void(int)>& before = nullptr) {
+  std::vector<double> us;
+  us.reserve(iterations);
+  for (int i = 0; i < iterations + 100; ++i) {
+    if (before) before(i);
+    const Clock::time_point t0 = Clock::now();
+    Check(cudaGraphLaunch(exec, stream), "graph launch");
+    Check(cudaStreamSynchronize(stream), "sync");
+    if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+}
 
 // The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
 // back, as one graph replay and a stream sync.
@@ -145,14 +142,7 @@ LatencyUs MeasureFloor(int b, int iterations) {
   Check(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, stream), "d2h");
   Check(cudaStreamEndCapture(stream, &graph), "end capture");
   Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  std::vector<double> us;
-  us.reserve(iterations);
-  for (int i = 0; i < iterations + 100; ++i) {
-    const Clock::time_point t0 = Clock::now();
-    Check(cudaGraphLaunch(exec, stream), "graph launch");
-    Check(cudaStreamSynchronize(stream), "sync");
-    if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
+  const LatencyUs latency = TimeReplays(exec, stream, iterations);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
@@ -160,7 +150,7 @@ LatencyUs MeasureFloor(int b, int iterations) {
   cudaFreeHost(h_out);
   cudaFree(d_in);
   cudaFree(d_out);
-  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+  return latency;
 }
 
 // The same round trip with the real step in place of the trivial kernel: H2D of the metadata
@@ -261,15 +251,9 @@ LatencyUs MeasureFloorWithDecode(int iterations) {
   Check(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, stream), "d2h");
   Check(cudaStreamEndCapture(stream, &graph), "end capture");
   Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  std::vector<double> us;
-  us.reserve(iterations);
-  for (int i = 0; i < iterations + 100; ++i) {
+  const LatencyUs latency = TimeReplays(exec, stream, iterations, [&](int i) {
     meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
-    const Clock::time_point t0 = Clock::now();
-    Check(cudaGraphLaunch(exec, stream), "graph launch");
-    Check(cudaStreamSynchronize(stream), "sync");
-    if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
+  });
   // The step ran: its output is a softmax-weighted mean of N(0,1) V rows (finite, |x| < 8).
   const Half* out = reinterpret_cast<const Half*>(h_out);
   for (std::size_t i = 0; i < qn; ++i) {
@@ -287,7 +271,7 @@ LatencyUs MeasureFloorWithDecode(int iterations) {
   cudaFree(k_pool);
   cudaFree(v_pool);
   if (workspace != nullptr) cudaFree(workspace);
-  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+  return latency;
 }
 
 ModelShape B1Shape() {
@@ -542,7 +526,7 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
   std::atomic<std::int64_t> completed{0}, failed{0};
   std::atomic<bool> stop{false};
   std::vector<std::atomic<bool>> busy(kSequences);
-  auto watchdog = std::make_unique<Watchdog>(
+  auto watchdog = WatchRun(
       "host cpu run", duration_s + 30, [&] {
         return "completed " + std::to_string(completed.load()) + "\n" + rt->MetricsText();
       });
@@ -678,14 +662,14 @@ Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_st
   reset();
   (void)(*ex)->TakeTimings();
   std::printf("  prefilled %d sequences of %d tokens\n", kSequences, kContext);
-  auto capacity_watchdog = std::make_unique<Watchdog>("capacity run", duration_s + 30, nullptr);
+  auto capacity_watchdog = WatchRun("capacity run", duration_s + 30);
   auto cap = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s);
   if (!cap.ok()) Die("capacity: " + cap.status().ToString());
   capacity_watchdog.reset();
   const double capacity_gpu_us = PrintPieceTimings("capacity", (*ex)->TakeTimings());
   auto run = [&](double rate) {
-    Watchdog watchdog("open-loop run at " + std::to_string(rate) + " req/s", duration_s + 40,
-                      nullptr);
+    const auto watchdog =
+        WatchRun("open-loop run at " + std::to_string(rate) + " req/s", duration_s + 40);
     tools::OpenLoopConfig c;
     c.rate_per_s = rate;
     c.window = std::chrono::microseconds(kWindowUs);

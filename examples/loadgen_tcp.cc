@@ -42,6 +42,7 @@
 #include "tools/kv_cache_support.h"
 #include "tools/percentile.h"
 #include "tools/progress.h"
+#include "tools/watchdog.h"
 
 namespace {
 
@@ -124,32 +125,6 @@ int ParseArgs(int argc, char** argv, LoadOptions* o) {
   return attnrt::tools::FlagSet::kContinue;
 }
 
-// Exits the process if the run outlives its bound (see kWatchdogSlackS).
-class Watchdog {
- public:
-  explicit Watchdog(double seconds) : thread_([this, seconds] {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; })) {
-      std::fprintf(stderr, "loadgen_tcp: FAILED: still running after %.0f s; giving up\n",
-                   seconds);
-      std::_Exit(3);
-    }
-  }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // GUARDED_BY(mu_)
-  std::thread thread_;
-};
 
 // --- blocking calls (setup, checks, Shutdown) ------------------------------------------------
 
@@ -669,7 +644,11 @@ int main(int argc, char** argv) {
   if (const int rc = ParseArgs(argc, argv, &o); rc != attnrt::tools::FlagSet::kContinue) {
     return rc;
   }
-  Watchdog watchdog(o.duration_s + o.drain_timeout_s + kWatchdogSlackS);
+  // Exits the process if the run outlives its bound (see kWatchdogSlackS).
+  const double bound_s = o.duration_s + o.drain_timeout_s + kWatchdogSlackS;
+  attnrt::tools::Watchdog watchdog(bound_s, [bound_s] {
+    std::fprintf(stderr, "loadgen_tcp: FAILED: still running after %.0f s; giving up\n", bound_s);
+  });
   asio::io_context io(o.threads);
 
   // Info on a control connection, which also sends the final Shutdown.
