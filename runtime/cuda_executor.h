@@ -61,8 +61,9 @@ struct CudaExecutorOptions {
   bool record_timings = false;
   // How the completion thread waits for a piece's done event: it sleeps through the part of
   // the step the last pieces of its (path, bucket) took and spin-waits only the last
-  // kSpinTailUs (true), or spins the whole step (false: a core busy for every microsecond the
-  // GPU works). Steps shorter than about twice the tail (B=1) are spun either way.
+  // StepEstimates::kSpinTail (true), or spins the whole step (false: a core busy for every microsecond the
+  // GPU works). Steps shorter than ~50 us (the tail plus the shortest sleep worth a timer:
+  // B=1) are spun either way.
   bool sleep_through_steps = true;
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
   // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
