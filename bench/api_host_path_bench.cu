@@ -2,11 +2,13 @@
 //   floor      the GPU's own round trip for the bytes of a batch of B requests: H2D of q/k/v,
 //              a trivial kernel, D2H of the outputs, stream sync, replayed as a CUDA graph;
 //              and at B = 1 the same with the real append + decode step in the graph (the
-//              bound a B = 1 step through any host path can reach);
+//              bound a B = 1 step through any host path can reach), and with the copies done
+//              by kernels on mapped pinned memory instead of memcpy nodes (zero-copy);
 //   b1         the public Runtime at B = 1 (H32 D128 T512, one caller thread, nothing else in
 //              flight): Submit -> result visible, p50/p99, graph and eager, and the ratio to
 //              the floor of the same bytes; then the same path in layers (executor alone,
-//              Runtime with a callback the caller spins on) to show where the time goes;
+//              Runtime with a callback the caller spins on) to show where the time goes, and
+//              the executor with a zero-copy request (mapped pinned q/k/v/out as kDevice);
 //   host_cpu   the runtime's CPU time per request at max batch 128 under a saturating
 //              closed-loop load (submit + staging + completion: every thread's CPU time but
 //              the load generator's own; the whole process's figure is printed beside it);
@@ -118,6 +120,50 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
     if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
+}
+
+// Copies n 16-byte words (grid-stride): with a mapped pinned source or destination, a copy
+// over PCIe issued by the SMs instead of a copy engine.
+__global__ void CopyWordsKernel(const uint4* from, uint4* to, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    to[i] = from[i];
+  }
+}
+
+// The B=1 floor with the copies done by kernels on mapped pinned memory (zero-copy): the bound
+// for a small-batch path whose graph has no memcpy node.
+LatencyUs MeasureZeroCopyFloor(int iterations) {
+  const std::size_t q = std::size_t(kHeads) * kHeadDim * 2, kv = q;
+  const std::size_t in_bytes = q + 2 * kv, out_bytes = q + kHeads * 4;
+  unsigned char *h_in, *h_out, *d_in, *d_out;
+  Check(cudaHostAlloc(&h_in, in_bytes, cudaHostAllocMapped), "cudaHostAlloc");
+  Check(cudaHostAlloc(&h_out, out_bytes, cudaHostAllocMapped), "cudaHostAlloc");
+  Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
+  Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
+  std::memset(h_in, 1, in_bytes);
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  CopyWordsKernel<<<24, 128, 0, stream>>>(reinterpret_cast<const uint4*>(h_in),
+                                          reinterpret_cast<uint4*>(d_in), in_bytes / 16);
+  TouchKernel<<<1, 32, 0, stream>>>(d_in, d_out);
+  CopyWordsKernel<<<8, 128, 0, stream>>>(reinterpret_cast<const uint4*>(d_out),
+                                         reinterpret_cast<uint4*>(h_out), out_bytes / 16);
+  Check(cudaStreamEndCapture(stream, &graph), "end capture");
+  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const LatencyUs latency = TimeReplays(exec, stream, iterations);
+  if (h_out[0] != 1) Die("zero-copy floor: the output byte did not come back");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(h_in);
+  cudaFreeHost(h_out);
+  cudaFree(d_in);
+  cudaFree(d_out);
+  return latency;
 }
 
 // The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
@@ -422,7 +468,10 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
 //   callback  Runtime::Submit (callback form) -> the callback's flag, the caller spinning: adds
 //             the scheduler's intake, batching thread and delivery;
 //   future    Runtime::Submit -> future.get() (the target's row): adds the caller's wake-up.
-LatencyUs MeasureExecutorB1(int iterations) {
+// With `zero_copy`, the request's q/k/v/out live in mapped pinned host memory and go in as
+// MemoryKind::kDevice: the graph's gather and scatter kernels read and write them over PCIe, no
+// pack copy and no memcpy node (the comparison for a zero-copy small-batch path).
+LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false) {
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
   runtime::CudaExecutorOptions co;
@@ -439,6 +488,14 @@ LatencyUs MeasureExecutorB1(int iterations) {
   testing::FillNormal(q, rng);
   testing::FillNormal(k, rng);
   testing::FillNormal(v, rng);
+  Half* mapped = nullptr;  // zero_copy: [q][k][v][out]
+  if (zero_copy) {
+    const std::size_t n = q.size() + k.size() + v.size() + out.size();
+    Check(cudaHostAlloc(&mapped, n * sizeof(Half), cudaHostAllocMapped), "cudaHostAlloc");
+    std::memcpy(mapped, q.data(), q.size() * sizeof(Half));
+    std::memcpy(mapped + qn, k.data(), k.size() * sizeof(Half));
+    std::memcpy(mapped + qn + k.size(), v.data(), v.size() * sizeof(Half));
+  }
   std::vector<double> us;
   us.reserve(iterations);
   std::atomic<int> done{0};
@@ -453,6 +510,13 @@ LatencyUs MeasureExecutorB1(int iterations) {
     r.k = k.data();
     r.v = v.data();
     r.out = out.data();
+    if (zero_copy) {
+      r.memory = runtime::MemoryKind::kDevice;
+      r.q = mapped;
+      r.k = mapped + qn;
+      r.v = mapped + qn + k.size();
+      r.out = mapped + qn + 2 * k.size();
+    }
     done.store(0, std::memory_order_relaxed);
     const Clock::time_point t0 = Clock::now();
     const Status s = (*ex)->Submit(std::move(b), [&](std::vector<Status> per) {
@@ -465,6 +529,13 @@ LatencyUs MeasureExecutorB1(int iterations) {
     const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     if (!error.ok()) Die("executor decode: " + error.ToString());
     if (i >= 100) us.push_back(t);
+  }
+  if (mapped != nullptr) {
+    for (std::size_t i = 0; i < qn; ++i) {  // the kernel wrote the caller's mapped row
+      const float x = HalfToFloat(mapped[qn + 2 * k.size() + i]);
+      if (!(std::fabs(x) < 8.0f)) Die("zero-copy executor: output " + std::to_string(i));
+    }
+    cudaFreeHost(mapped);
   }
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
@@ -736,6 +807,9 @@ int Run(const Options& o) {
     floor_decode = MeasureFloorWithDecode(iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step",
                 floor_decode.p50, floor_decode.p99, floor_decode.p50 / floor1.p50);
+    const LatencyUs zero_copy_floor = MeasureZeroCopyFloor(iters);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1, zero-copy kernels", zero_copy_floor.p50,
+                zero_copy_floor.p99, zero_copy_floor.p50 / floor1.p50);
     graph = MeasureB1(true, iters);
     eager = MeasureB1(false, iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 graph (Submit->result)", graph.p50,
@@ -748,6 +822,9 @@ int Run(const Options& o) {
                 executor1.p99, executor1.p50 / floor1.p50);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)",
                 callback1.p50, callback1.p99, callback1.p50 / floor1.p50);
+    const LatencyUs executor_zero_copy = MeasureExecutorB1(iters, /*zero_copy=*/true);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, zero-copy request", executor_zero_copy.p50,
+                executor_zero_copy.p99, executor_zero_copy.p50 / floor1.p50);
     short_poll =
         MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
