@@ -471,7 +471,9 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
 // With `zero_copy`, the request's q/k/v/out live in mapped pinned host memory and go in as
 // MemoryKind::kDevice: the graph's gather and scatter kernels read and write them over PCIe, no
 // pack copy and no memcpy node (the comparison for a zero-copy small-batch path).
-LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false) {
+// With `memcpy_nodes`, the host-memory graph moves its staging with memcpy nodes (the behaviour
+// before kernel_copy_max_bytes).
+LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_nodes = false) {
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
   runtime::CudaExecutorOptions co;
@@ -479,6 +481,7 @@ LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false) {
   co.num_blocks = kSequences * shape.num_layers * (shape.max_blocks_per_sequence() + 1) + 64;
   co.max_batch_size = 1;
   co.buckets = {1};
+  if (memcpy_nodes) co.kernel_copy_max_bytes = 0;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   PrefillSequences(**ex, shape, kSequences);
@@ -822,6 +825,9 @@ int Run(const Options& o) {
                 executor1.p99, executor1.p50 / floor1.p50);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)",
                 callback1.p50, callback1.p99, callback1.p50 / floor1.p50);
+    const LatencyUs executor_memcpy = MeasureExecutorB1(iters, false, /*memcpy_nodes=*/true);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: executor, memcpy nodes", executor_memcpy.p50,
+                executor_memcpy.p99, executor_memcpy.p50 / floor1.p50);
     const LatencyUs executor_zero_copy = MeasureExecutorB1(iters, /*zero_copy=*/true);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, zero-copy request", executor_zero_copy.p50,
                 executor_zero_copy.p99, executor_zero_copy.p50 / floor1.p50);

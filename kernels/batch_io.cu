@@ -1,6 +1,8 @@
 // Gather/scatter kernels for device-memory requests (batch_io.h).
 #include "kernels/batch_io.h"
 
+#include <algorithm>
+
 #include "api/internal/cuda_check.h"
 
 namespace attnrt::kernels {
@@ -50,6 +52,18 @@ __global__ void ScatterOutputsKernel(BatchIoArgs a) {
   }
 }
 
+// `bytes` from `from` to `to` (both 16-byte aligned): 16-byte words over the grid, then the
+// tail bytes.
+__global__ void CopyBytesKernel(const unsigned char* from, unsigned char* to, std::size_t bytes) {
+  const std::size_t words = bytes / 16;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint4* src = reinterpret_cast<const uint4*>(from);
+  uint4* dst = reinterpret_cast<uint4*>(to);
+  for (std::size_t i = first; i < words; i += stride) dst[i] = src[i];
+  for (std::size_t i = words * 16 + first; i < bytes; i += stride) to[i] = from[i];
+}
+
 __global__ void NeverRunsKernel() {}
 
 Status AddNode(void* func, cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
@@ -68,6 +82,30 @@ Status AddNode(void* func, cudaGraph_t graph, const cudaGraphNode_t* deps, std::
 }
 
 }  // namespace
+
+Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                   const void* from, void* to, std::size_t bytes, cudaGraphNode_t* node) {
+  if (((reinterpret_cast<std::uintptr_t>(from) | reinterpret_cast<std::uintptr_t>(to)) & 15u) != 0) {
+    return InvalidArgumentError("AddCopyNode: from and to must be 16-byte aligned");
+  }
+  const auto* src = static_cast<const unsigned char*>(from);
+  auto* dst = static_cast<unsigned char*>(to);
+  void* params[3] = {&src, &dst, &bytes};  // the node copies the arguments at creation
+  // One 16-byte word per thread, up to kCopyBlocks CTAs (each walks the rest grid-stride):
+  // enough loads in flight to cover PCIe latency at tens of kilobytes.
+  constexpr std::size_t kCopyBlocks = 32;
+  const std::size_t words = (bytes + 15) / 16;
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(CopyBytesKernel);
+  p.gridDim = dim3(static_cast<unsigned>(
+      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kIoThreads - 1) / kIoThreads))));
+  p.blockDim = dim3(kIoThreads);
+  p.sharedMemBytes = 0;
+  p.kernelParams = params;
+  p.extra = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphAddKernelNode(node, graph, deps, num_deps, &p));
+  return Status::Ok();
+}
 
 Status AddGatherNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
                      const BatchIoArgs& args, cudaGraphNode_t* node) {

@@ -41,6 +41,13 @@ Status AddGatherNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t
 Status AddScatterNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
                       const BatchIoArgs& args, cudaGraphNode_t* node);
 
+// A kernel node that copies `bytes` from `from` to `to` (both 16-byte aligned; either may be
+// pinned host memory, which the SMs then read or write over PCIe). For transfers of tens of
+// kilobytes it completes several microseconds sooner than a memcpy node (H100, PCIe:
+// bench/NOTES.md, "zero-copy"); InvalidArgument for unaligned pointers.
+Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                   const void* from, void* to, std::size_t bytes, cudaGraphNode_t* node);
+
 Status LaunchGather(const BatchIoArgs& args, cudaStream_t stream);
 Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream);
 

@@ -142,6 +142,16 @@ Status CudaExecutor::Impl::Init() {
     memory.buffer_device_bytes += buf.dev_in.bytes() + buf.dev_out.bytes();
     memory.pinned_bytes += buf.in.bytes() + buf.out.bytes();
   }
+  pinned_is_device_addressable = true;
+  for (PipelineBuffer& buf : buffers) {
+    for (void* host : {buf.in.data(), buf.out.data()}) {
+      void* device = nullptr;
+      if (cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess || device != host) {
+        (void)cudaGetLastError();
+        pinned_is_device_addressable = false;
+      }
+    }
+  }
   // One workspace for every path and bucket: pieces run one after another on one stream. The
   // split-KV arrival counters (the same bytes for every split-KV plan of this device) stay
   // apart from what the other plans write (WorkspaceFor).

@@ -279,6 +279,9 @@ struct CudaExecutor::Impl {
   std::thread completion_thread;
   std::unique_ptr<CopyPool> pack_pool;
   std::unique_ptr<StepEstimates> step_estimates;  // sleep_through_steps; completion thread
+  // Every pipeline buffer's pinned staging is device-addressable at its host address (unified
+  // addressing), so copy kernels can read and write it (kernel_copy_max_bytes).
+  bool pinned_is_device_addressable = false;
   std::unique_ptr<MappedStagingMemory> staging = std::make_unique<MappedStagingMemory>();
 
   ~Impl() {

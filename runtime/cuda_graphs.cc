@@ -163,15 +163,29 @@ Status CudaExecutor::Impl::AddHostOnlyGraph(cudaGraph_t compute, int bucket, int
   ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
   std::vector<cudaGraphNode_t>& leaves = shape.leaves;
   cudaGraphNode_t h2d = nullptr, d2h = nullptr;
-  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
-                                              buf.in.data(), l.in_bytes, cudaMemcpyHostToDevice));
+  const bool kernel_copies = pinned_is_device_addressable &&
+                             std::max(l.in_bytes, l.out_bytes) <= options.kernel_copy_max_bytes;
+  if (kernel_copies) {
+    ATTNRT_RETURN_IF_ERROR(
+        kernels::AddCopyNode(raw, nullptr, 0, buf.in.data(), buf.dev_in.data(), l.in_bytes, &h2d));
+  } else {
+    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
+                                                buf.in.data(), l.in_bytes,
+                                                cudaMemcpyHostToDevice));
+  }
   for (cudaGraphNode_t root : shape.roots) {
     ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &root, nullptr, 1));
   }
   if (leaves.empty()) leaves.push_back(h2d);  // (no compute node: the copies in order)
-  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&d2h, raw, leaves.data(), leaves.size(),
-                                              buf.out.data(), buf.dev_out.data(), l.out_bytes,
-                                              cudaMemcpyDeviceToHost));
+  if (kernel_copies) {
+    ATTNRT_RETURN_IF_ERROR(kernels::AddCopyNode(raw, leaves.data(), leaves.size(),
+                                                buf.dev_out.data(), buf.out.data(), l.out_bytes,
+                                                &d2h));
+  } else {
+    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&d2h, raw, leaves.data(), leaves.size(),
+                                                buf.out.data(), buf.dev_out.data(), l.out_bytes,
+                                                cudaMemcpyDeviceToHost));
+  }
   ATTNRT_ASSIGN_OR_RETURN(g->host_exec, GraphExec::Instantiate(g->host_graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(g->host_exec.get(), stream.get()));
   return Status::Ok();
