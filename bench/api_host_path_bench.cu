@@ -199,12 +199,14 @@ LatencyUs MeasureFloor(int b, int iterations) {
   return latency;
 }
 
+// With `kernel_copies`, the copies are kernels on the pinned buffers, as in the executor's small
+// buckets (CudaExecutorOptions::kernel_copy_max_bytes).
 // The same round trip with the real step in place of the trivial kernel: H2D of the metadata
 // (length, layer, block table) and q/k/v, the default decode path's append + decode over a
 // paged cache of kContext tokens, D2H of out + lse, stream sync, as one graph. Each replay
 // reads another layer (32 x 8 MiB of K/V, far more than L2), as the B=1 rows do. What a B=1
 // step costs the GPU and PCIe with no host work at all: the bound the Runtime's row can reach.
-LatencyUs MeasureFloorWithDecode(int iterations) {
+LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
   ModelShape shape;
   shape.num_layers = 32;
   shape.num_q_heads = kHeads;
@@ -289,12 +291,20 @@ LatencyUs MeasureFloorWithDecode(int iterations) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  Check(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, stream), "h2d");
+  auto copy = [&](const void* from, void* to, std::size_t bytes, cudaMemcpyKind kind) {
+    if (kernel_copies) {  // as the executor's small buckets do (kernel_copy_max_bytes)
+      CopyWordsKernel<<<24, 128, 0, stream>>>(static_cast<const uint4*>(from),
+                                              static_cast<uint4*>(to), bytes / 16);
+    } else {
+      Check(cudaMemcpyAsync(to, from, bytes, kind, stream), "memcpy");
+    }
+  };
+  copy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice);
   if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
       !s.ok()) {
     Die("decode run: " + s.ToString());
   }
-  Check(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, stream), "d2h");
+  copy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost);
   Check(cudaStreamEndCapture(stream, &graph), "end capture");
   Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   const LatencyUs latency = TimeReplays(exec, stream, iterations, [&](int i) {
@@ -797,7 +807,7 @@ int Run(const Options& o) {
                 what);
   };
   std::vector<std::pair<int, LatencyUs>> floors;
-  LatencyUs floor1, floor_decode, graph, eager, executor1, callback1, short_poll;
+  LatencyUs floor1, floor_decode, floor_decode_kernel_copies, graph, eager, executor1, callback1, short_poll;
   if (o.b1) {
     section("floors and B=1 rows");
     std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
@@ -810,6 +820,10 @@ int Run(const Options& o) {
     floor_decode = MeasureFloorWithDecode(iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step",
                 floor_decode.p50, floor_decode.p99, floor_decode.p50 / floor1.p50);
+    floor_decode_kernel_copies = MeasureFloorWithDecode(iters, /*kernel_copies=*/true);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the step, copy kernels",
+                floor_decode_kernel_copies.p50, floor_decode_kernel_copies.p99,
+                floor_decode_kernel_copies.p50 / floor1.p50);
     const LatencyUs zero_copy_floor = MeasureZeroCopyFloor(iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1, zero-copy kernels", zero_copy_floor.p50,
                 zero_copy_floor.p99, zero_copy_floor.p50 / floor1.p50);
@@ -835,8 +849,8 @@ int Run(const Options& o) {
         MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
                 short_poll.p99, short_poll.p50 / floor1.p50);
-    std::printf("  B=1 graph p50 over the floor with the decode step: %.2f\n",
-                graph.p50 / floor_decode.p50);
+    std::printf("  B=1 graph p50 over the floor with the decode step: %.2f (copy kernels: %.2f)\n",
+                graph.p50 / floor_decode.p50, graph.p50 / floor_decode_kernel_copies.p50);
   }
   HostCpu host, host_spun, host_device;
   if (o.host) {
@@ -889,7 +903,8 @@ int Run(const Options& o) {
                "{\"device\": \"%s\", \"date\": \"%s\", \"commit\": \"%s\",\n"
                " \"shape\": \"H32 Hkv32 D128 T512 (b1, host); H32 Hkv8 D128 T512 (saturation)\",\n"
                " \"floor_us\": %.2f, \"floor_p99_us\": %.2f, \"floor_b32_us\": %.2f, "
-               "\"floor_b128_us\": %.2f, \"floor_with_decode_us\": %.2f,\n"
+               "\"floor_b128_us\": %.2f, \"floor_with_decode_us\": %.2f, "
+               "\"floor_with_decode_copy_kernels_us\": %.2f,\n"
                " \"b1_e2e_p50_us\": %.2f, \"b1_e2e_p99_us\": %.2f, \"b1_ratio\": %.3f, "
                "\"b1_p99_ratio\": %.3f,\n"
                " \"b1_eager_p50_us\": %.2f, \"b1_eager_p99_us\": %.2f,\n"
@@ -907,7 +922,8 @@ int Run(const Options& o) {
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
-               floors[2].second.p50, floor_decode.p50, graph.p50, graph.p99,
+               floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
+               graph.p99,
                graph.p50 / floor1.p50, graph.p99 / floor1.p50, eager.p50, eager.p99,
                executor1.p50, callback1.p50, short_poll.p50, graph.p50 / floor_decode.p50,
                host.runtime_us, host.submit_us, host.process_us, host_spun.runtime_us,
