@@ -122,8 +122,8 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
 
-// Copies n 16-byte words (grid-stride): with a mapped pinned source or destination, a copy
-// over PCIe issued by the SMs instead of a copy engine.
+// Copies n 16-byte words (grid-stride): with a pinned source or destination, a copy over PCIe
+// issued by the SMs instead of a copy engine.
 __global__ void CopyWordsKernel(const uint4* from, uint4* to, std::size_t n) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -131,44 +131,24 @@ __global__ void CopyWordsKernel(const uint4* from, uint4* to, std::size_t n) {
   }
 }
 
-// The B=1 floor with the copies done by kernels on mapped pinned memory (zero-copy): the bound
-// for a small-batch path whose graph has no memcpy node.
-LatencyUs MeasureZeroCopyFloor(int iterations) {
-  const std::size_t q = std::size_t(kHeads) * kHeadDim * 2, kv = q;
-  const std::size_t in_bytes = q + 2 * kv, out_bytes = q + kHeads * 4;
-  unsigned char *h_in, *h_out, *d_in, *d_out;
-  Check(cudaHostAlloc(&h_in, in_bytes, cudaHostAllocMapped), "cudaHostAlloc");
-  Check(cudaHostAlloc(&h_out, out_bytes, cudaHostAllocMapped), "cudaHostAlloc");
-  Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
-  Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
-  std::memset(h_in, 1, in_bytes);
-  cudaStream_t stream;
-  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  CopyWordsKernel<<<24, 128, 0, stream>>>(reinterpret_cast<const uint4*>(h_in),
-                                          reinterpret_cast<uint4*>(d_in), in_bytes / 16);
-  TouchKernel<<<1, 32, 0, stream>>>(d_in, d_out);
-  CopyWordsKernel<<<8, 128, 0, stream>>>(reinterpret_cast<const uint4*>(d_out),
-                                         reinterpret_cast<uint4*>(h_out), out_bytes / 16);
-  Check(cudaStreamEndCapture(stream, &graph), "end capture");
-  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const LatencyUs latency = TimeReplays(exec, stream, iterations);
-  if (h_out[0] != 1) Die("zero-copy floor: the output byte did not come back");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  cudaFreeHost(h_in);
-  cudaFreeHost(h_out);
-  cudaFree(d_in);
-  cudaFree(d_out);
-  return latency;
+// A host <-> device copy in a graph being captured on `stream`: a memcpy node, or with
+// `kernel_copies` a copy kernel that reads or writes the pinned side over PCIe (pinned memory is
+// device-addressable at its host address), as the executor's small buckets do
+// (CudaExecutorOptions::kernel_copy_max_bytes). `bytes` is a multiple of 16.
+void EnqueueCopy(const void* from, void* to, std::size_t bytes, cudaMemcpyKind kind,
+                 bool kernel_copies, cudaStream_t stream) {
+  if (kernel_copies) {
+    CopyWordsKernel<<<24, 128, 0, stream>>>(static_cast<const uint4*>(from),
+                                            static_cast<uint4*>(to), bytes / 16);
+    Check(cudaGetLastError(), "copy kernel");
+  } else {
+    Check(cudaMemcpyAsync(to, from, bytes, kind, stream), "memcpy");
+  }
 }
 
 // The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
-// back, as one graph replay and a stream sync.
-LatencyUs MeasureFloor(int b, int iterations) {
+// back, as one graph replay and a stream sync; the copies as memcpy nodes or copy kernels.
+LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false) {
   const std::size_t q = std::size_t(kHeads) * kHeadDim * 2, kv = q;
   const std::size_t in_bytes = std::size_t(b) * (q + 2 * kv);
   const std::size_t out_bytes = std::size_t(b) * (q + kHeads * 4);
@@ -183,12 +163,13 @@ LatencyUs MeasureFloor(int b, int iterations) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  Check(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, stream), "h2d");
+  EnqueueCopy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice, kernel_copies, stream);
   TouchKernel<<<1, 32, 0, stream>>>(d_in, d_out);
-  Check(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, stream), "d2h");
+  EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
   Check(cudaStreamEndCapture(stream, &graph), "end capture");
   Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   const LatencyUs latency = TimeReplays(exec, stream, iterations);
+  if (h_out[0] != 1) Die("floor: the output byte did not come back");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
@@ -291,20 +272,12 @@ LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  auto copy = [&](const void* from, void* to, std::size_t bytes, cudaMemcpyKind kind) {
-    if (kernel_copies) {  // as the executor's small buckets do (kernel_copy_max_bytes)
-      CopyWordsKernel<<<24, 128, 0, stream>>>(static_cast<const uint4*>(from),
-                                              static_cast<uint4*>(to), bytes / 16);
-    } else {
-      Check(cudaMemcpyAsync(to, from, bytes, kind, stream), "memcpy");
-    }
-  };
-  copy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice);
+  EnqueueCopy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice, kernel_copies, stream);
   if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
       !s.ok()) {
     Die("decode run: " + s.ToString());
   }
-  copy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost);
+  EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
   Check(cudaStreamEndCapture(stream, &graph), "end capture");
   Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   const LatencyUs latency = TimeReplays(exec, stream, iterations, [&](int i) {
@@ -824,7 +797,7 @@ int Run(const Options& o) {
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the step, copy kernels",
                 floor_decode_kernel_copies.p50, floor_decode_kernel_copies.p99,
                 floor_decode_kernel_copies.p50 / floor1.p50);
-    const LatencyUs zero_copy_floor = MeasureZeroCopyFloor(iters);
+    const LatencyUs zero_copy_floor = MeasureFloor(1, iters, /*kernel_copies=*/true);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1, zero-copy kernels", zero_copy_floor.p50,
                 zero_copy_floor.p99, zero_copy_floor.p50 / floor1.p50);
     graph = MeasureB1(true, iters);
