@@ -138,7 +138,9 @@ struct NodeEnables {
 // A (path, bucket, pipeline buffer)'s graphs. `exec` holds every optional node (toggled per
 // piece through `enabled`); `host_exec` only H2D -> append + decode -> D2H, what a piece of
 // host-memory requests needs: no disabled nodes on its launch path (H100, B=1: the general
-// graph with its three disabled nodes launched slower than the same work eager).
+// graph with its three disabled nodes launched slower than the same work eager). In buckets
+// whose staging is at most kernel_copy_max_bytes each way its H2D and D2H are copy kernels on
+// the pinned buffers, not memcpy nodes (B=1: 26 vs 35 us per executor step).
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;
