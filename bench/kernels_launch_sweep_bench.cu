@@ -63,6 +63,47 @@ std::vector<int> Contexts(bool quick) {
   return quick ? std::vector<int>{512, 8192} : std::vector<int>{256, 1024, 4096, 16384, 65536};
 }
 
+// "128:32:8:32,33;64:8:8:32" -> families (head dim, q heads, kv heads, batches); false on a
+// malformed list.
+bool ParseFamilies(const std::string& text, std::vector<Family>* out) {
+  std::stringstream all(text);
+  std::string item;
+  while (std::getline(all, item, ';')) {
+    Family f{};
+    char sep[3] = {};
+    std::stringstream one(item);
+    one >> f.head_dim >> sep[0] >> f.q_heads >> sep[1] >> f.kv_heads >> sep[2];
+    if (!one || sep[0] != ':' || sep[1] != ':' || sep[2] != ':') return false;
+    std::string batch;
+    while (std::getline(one, batch, ',')) {
+      try {
+        f.batches.push_back(std::stoi(batch));
+      } catch (...) {
+        return false;
+      }
+      if (f.batches.back() < 1) return false;
+    }
+    if (f.batches.empty() || f.kv_heads < 1 || f.q_heads % f.kv_heads != 0) return false;
+    out->push_back(f);
+  }
+  return !out->empty();
+}
+
+// "4096,16384" -> contexts; false on a malformed list.
+bool ParseContexts(const std::string& text, std::vector<int>* out) {
+  std::stringstream all(text);
+  std::string item;
+  while (std::getline(all, item, ',')) {
+    try {
+      out->push_back(std::stoi(item));
+    } catch (...) {
+      return false;
+    }
+    if (out->back() < 1 || out->back() > kMaxContext) return false;
+  }
+  return !out->empty();
+}
+
 std::vector<SplitKvLaunchConfig> Configs(int head_dim, KvCacheType kv_cache_type) {
   std::vector<SplitKvLaunchConfig> out;
   for (int warps : {2, 4, 8}) {
@@ -135,7 +176,7 @@ struct Pick {
 };
 
 int Run(int argc, char** argv) {
-  std::string table_out, json_out, commit, cache_type = "fp16";
+  std::string table_out, json_out, commit, cache_type = "fp16", families_text, contexts_text;
   bool quick = false;
   tools::FlagSet flags(
       "kernels_launch_sweep_bench",
@@ -148,7 +189,34 @@ int Run(int argc, char** argv) {
   flags.Bool("--quick", &quick, "two small families and two contexts (a smoke run, ~10 s)");
   flags.Choice("--kv-cache-type", &cache_type, {"fp16", "fp8_e4m3"},
                "KV cache the kernel reads (fp8_e4m3: its table is kernels/tc_fp8_launch_table.inc)");
+  flags.String("--families", &families_text,
+               "sweep only these shapes: D:Hq:Hkv:B,B,...;... (e.g. 128:32:8:32,33); a probe, "
+               "not for --table-out");
+  flags.String("--contexts", &contexts_text, "sweep only these contexts: T,T,... (e.g. 4096)");
   if (const int rc = flags.Parse(argc, argv); rc != tools::FlagSet::kContinue) return rc;
+  std::vector<Family> families = Families(quick);
+  std::vector<int> contexts = Contexts(quick);
+  if (!families_text.empty()) {
+    families.clear();
+    if (!ParseFamilies(families_text, &families)) {
+      std::fprintf(stderr, "kernels_launch_sweep_bench: --families %s: expected D:Hq:Hkv:B,B;... "
+                   "with Hq a multiple of Hkv and B >= 1\n", families_text.c_str());
+      return 2;
+    }
+  }
+  if (!contexts_text.empty()) {
+    contexts.clear();
+    if (!ParseContexts(contexts_text, &contexts)) {
+      std::fprintf(stderr, "kernels_launch_sweep_bench: --contexts %s: expected T,T,... within "
+                   "1..%d\n", contexts_text.c_str(), kMaxContext);
+      return 2;
+    }
+  }
+  if (!table_out.empty() && (!families_text.empty() || !contexts_text.empty())) {
+    std::fprintf(stderr, "kernels_launch_sweep_bench: --table-out needs the sweep's own shapes "
+                 "(no --families or --contexts)\n");
+    return 2;
+  }
   const KvCacheType kv_cache_type =
       cache_type == "fp8_e4m3" ? KvCacheType::kFp8E4M3 : KvCacheType::kFp16;
   const double element_bytes = kv_cache_type == KvCacheType::kFp8E4M3 ? 1.0 : 2.0;
@@ -174,7 +242,6 @@ int Run(int argc, char** argv) {
   std::vector<Timing> timings;
   std::vector<Pick> picks;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<Family> families = Families(quick);
   for (std::size_t fi = 0; fi < families.size(); ++fi) {
     const Family& fam = families[fi];
     const ModelShape shape = ShapeOf(fam, kv_cache_type);
@@ -183,7 +250,7 @@ int Run(int argc, char** argv) {
     for (int batch : fam.batches) {
       std::map<int, double> best_at;  // context -> best µs
       std::vector<std::size_t> rows_of_batch;
-      for (int context : Contexts(quick)) {
+      for (int context : contexts) {
         const double kv_bytes =
             2.0 * element_bytes * batch * fam.kv_heads * double(context) * fam.head_dim;
         if (kv_bytes > kMaxSetBytes) continue;
