@@ -21,5 +21,5 @@ for s in gqa32_8 mha_b32 b1_h32; do
   timeout 120 ncu --clock-control none --profile-from-start off --metrics $M python3 $R/sdpa_one.py $s > "$O/ncu_sdpa_$s.txt" 2>&1
   echo "ncu sdpa $s rc=$? at $(date -u +%T)" | tee -a "$O/record.txt"
 done
-for f in "$O"/ncu_*.txt; do echo "== $f"; grep -vE "^==PROF==|^\s*$" "$f" | grep -A40 -E "TcDecodeKernel|\(\d+, \d+, \d+\)x|Context 1" | head -60; done
+for f in "$O"/ncu_*.txt; do echo "== $f"; grep -vE "^==PROF==|^\s*$|^-{5}|^\[|Run on|^Running|^CPU|^Load Average|^\*\*\*|^Benchmark|^BM_" "$f" | tail -40; done
 echo "end $(date -u +%FT%TZ)" >> "$O/record.txt"
