@@ -173,13 +173,13 @@ void FillNormal(T* out, std::int64_t n, std::uint64_t seed, cudaStream_t stream,
   CheckOk(tools::FillNormalAsync(out, n, seed, stream, scale), "FillNormal");
 }
 
-// A device batch (random data, shuffled blocks) for `lengths` rows, or exit.
-inline std::unique_ptr<DeviceDecodeBatch> MakeDeviceDecodeBatch(const ModelShape& shape,
-                                                                const std::vector<int>& lengths,
-                                                                cudaStream_t stream,
-                                                                std::uint64_t seed = 1) {
+// A device batch (random data, shuffled blocks unless `order` says otherwise) for `lengths`
+// rows, or exit.
+inline std::unique_ptr<DeviceDecodeBatch> MakeDeviceDecodeBatch(
+    const ModelShape& shape, const std::vector<int>& lengths, cudaStream_t stream,
+    std::uint64_t seed = 1, tools::BlockOrder order = tools::BlockOrder::kShuffled) {
   StatusOr<std::unique_ptr<DeviceDecodeBatch>> batch =
-      DeviceDecodeBatch::Create(shape, lengths, stream, seed);
+      DeviceDecodeBatch::Create(shape, lengths, stream, seed, order);
   CheckOk(batch, "DeviceDecodeBatch::Create");
   return std::move(batch).value();
 }

@@ -177,6 +177,7 @@ struct Pick {
 
 int Run(int argc, char** argv) {
   std::string table_out, json_out, commit, cache_type = "fp16", families_text, contexts_text;
+  std::string blocks = "shuffled";
   bool quick = false;
   tools::FlagSet flags(
       "kernels_launch_sweep_bench",
@@ -193,6 +194,9 @@ int Run(int argc, char** argv) {
                "sweep only these shapes: D:Hq:Hkv:B,B,...;... (e.g. 128:32:8:32,33); a probe, "
                "not for --table-out");
   flags.String("--contexts", &contexts_text, "sweep only these contexts: T,T,... (e.g. 4096)");
+  flags.Choice("--blocks", &blocks, {"shuffled", "in-order"},
+               "the batches' block ids: scattered over the pool (serving) or each row's in order "
+               "(what paging costs the kernel)");
   if (const int rc = flags.Parse(argc, argv); rc != tools::FlagSet::kContinue) return rc;
   std::vector<Family> families = Families(quick);
   std::vector<int> contexts = Contexts(quick);
@@ -212,9 +216,10 @@ int Run(int argc, char** argv) {
       return 2;
     }
   }
-  if (!table_out.empty() && (!families_text.empty() || !contexts_text.empty())) {
+  if (!table_out.empty() &&
+      (!families_text.empty() || !contexts_text.empty() || blocks != "shuffled")) {
     std::fprintf(stderr, "kernels_launch_sweep_bench: --table-out needs the sweep's own shapes "
-                 "(no --families or --contexts)\n");
+                 "and shuffled blocks (no --families, --contexts or --blocks in-order)\n");
     return 2;
   }
   const KvCacheType kv_cache_type =
@@ -233,9 +238,19 @@ int Run(int argc, char** argv) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s, KV cache %s\n",
+  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s, KV cache %s, %s blocks\n",
               prop.name, sms, read_tbps, date, commit.empty() ? "unknown" : commit.c_str(),
-              cache_type.c_str());
+              cache_type.c_str(), blocks.c_str());
+  // The same read in shuffled chunks of a KV block's head slice (block_size * D * element bytes).
+  std::printf("paged read ceiling (shuffled chunks):");
+  for (const std::size_t chunk : {1024, 2048, 4096, 8192, 16384}) {
+    const StatusOr<double> bw = kernels::MeasurePagedReadBandwidth(chunk);
+    CheckOk(bw, "MeasurePagedReadBandwidth");
+    std::printf(" %zu B %.3f TB/s (%.3f);", chunk, *bw / 1e12, *bw / 1e12 / read_tbps);
+  }
+  std::printf("\n");
+  const tools::BlockOrder order =
+      blocks == "in-order" ? tools::BlockOrder::kInOrder : tools::BlockOrder::kShuffled;
 
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -260,7 +275,7 @@ int Run(int argc, char** argv) {
         std::vector<std::unique_ptr<DeviceDecodeBatch>> sets;
         for (int k = 0; k < n_sets; ++k) {
           sets.push_back(
-              MakeDeviceDecodeBatch(shape, std::vector<int>(batch, context), stream, 100 + k));
+              MakeDeviceDecodeBatch(shape, std::vector<int>(batch, context), stream, 100 + k, order));
         }
         // Configurations with the same grid and the same split of this context are one kernel
         // launch: time it once.
@@ -372,7 +387,8 @@ int Run(int argc, char** argv) {
     std::ofstream f(json_out);
     f << "{\n  \"device\": \"" << prop.name << "\", \"sms\": " << sms << ", \"date\": \"" << date
       << "\", \"commit\": \"" << (commit.empty() ? "unknown" : commit)
-      << "\", \"kv_cache_type\": \"" << cache_type << "\", \"read_ceiling_tbps\": " << read_tbps
+      << "\", \"kv_cache_type\": \"" << cache_type << "\", \"blocks\": \"" << blocks
+      << "\", \"read_ceiling_tbps\": " << read_tbps
       << ",\n  \"timings\": [\n";
     for (std::size_t i = 0; i < timings.size(); ++i) {
       const Timing& t = timings[i];

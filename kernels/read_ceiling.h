@@ -21,4 +21,12 @@ inline constexpr std::size_t kReadCeilingBytes = std::size_t{4} << 30;
 // (out of memory included).
 StatusOr<double> MeasureReadBandwidth(std::size_t bytes = kReadCeilingBytes);
 
+// The same read of a paged pool: `bytes` cut into chunks of `chunk_bytes` (a KV block's slice of
+// one head: block_size * head_dim * element bytes), each chunk read once by one warp, the chunks
+// in a shuffled order (as a paged cache scatters a sequence's blocks). What paging costs the
+// read, measured beside MeasureReadBandwidth. InvalidArgument when chunk_bytes is not a multiple
+// of 16 in [16, 16 MiB] or bytes holds no chunk (or 2^31 or more); otherwise as above.
+StatusOr<double> MeasurePagedReadBandwidth(std::size_t chunk_bytes,
+                                           std::size_t bytes = kReadCeilingBytes);
+
 }  // namespace attnrt::kernels

@@ -101,8 +101,12 @@ inline Status CreateEvent(EventHandle* out) {
 }
 
 // ---- device-resident paged decode batch (random data, shuffled blocks) ----------------------
-// One layer; row i attends lengths[i] tokens whose blocks are scattered over the pool (a fixed
-// LCG shuffle: pages of one sequence are not contiguous, as in serving). K/V are N(0,1) (FP16,
+// How a batch's block ids are laid out over the pool: scattered (a fixed LCG shuffle: pages of
+// one sequence are not contiguous, as in serving; the default) or in order (row 0's blocks first,
+// each row's consecutive: what the paging itself costs, measured against the shuffle).
+enum class BlockOrder { kShuffled, kInOrder };
+
+// One layer; row i attends lengths[i] tokens whose blocks are placed per BlockOrder. K/V are N(0,1) (FP16,
 // or their E4M3 codes with every scale 1.0), q is N(0,1); out and lse are left unwritten;
 // k_new/v_new are null (plan DecodeStep::kDecode). The views point at its device memory.
 struct DeviceDecodeBatch {
@@ -128,9 +132,10 @@ struct DeviceDecodeBatch {
   static StatusOr<std::unique_ptr<DeviceDecodeBatch>> Create(const ModelShape& s,
                                                              const std::vector<int>& lengths,
                                                              cudaStream_t stream,
-                                                             std::uint64_t seed = 1) {
+                                                             std::uint64_t seed = 1,
+                                                             BlockOrder order = BlockOrder::kShuffled) {
     std::unique_ptr<DeviceDecodeBatch> b(new DeviceDecodeBatch());
-    ATTNRT_RETURN_IF_ERROR(b->Init(s, lengths, stream, seed));
+    ATTNRT_RETURN_IF_ERROR(b->Init(s, lengths, stream, seed, order));
     return std::move(b);  // a converting move into StatusOr
   }
   ~DeviceDecodeBatch() {
@@ -159,7 +164,7 @@ struct DeviceDecodeBatch {
   DeviceDecodeBatch() = default;
 
   Status Init(const ModelShape& s, const std::vector<int>& lengths, cudaStream_t stream,
-              std::uint64_t seed) {
+              std::uint64_t seed, BlockOrder order) {
     ATTNRT_RETURN_IF_ERROR(s.Validate());
     if (s.num_layers != 1) {
       return InvalidArgumentError("DeviceDecodeBatch: shape.num_layers = " +
@@ -179,11 +184,12 @@ struct DeviceDecodeBatch {
     const int max_blocks = s.max_blocks_per_sequence();
     for (int len : lengths) num_blocks += (len + bs - 1) / bs;
     num_blocks = std::max(num_blocks, 1);
-    // Shuffled block ids (a fixed LCG; the order only has to be non-contiguous).
+    // Block ids in order, shuffled unless kInOrder (a fixed LCG; the order only has to be
+    // non-contiguous).
     std::vector<std::int32_t> ids(num_blocks);
     std::iota(ids.begin(), ids.end(), 0);
     std::uint64_t x = seed * 6364136223846793005ull + 1;
-    for (int i = num_blocks - 1; i > 0; --i) {
+    for (int i = num_blocks - 1; i > 0 && order == BlockOrder::kShuffled; --i) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
       std::swap(ids[i], ids[static_cast<int>((x >> 33) % static_cast<std::uint64_t>(i + 1))]);
     }
