@@ -12,6 +12,7 @@
 // grid, splits from the plan's device) is made once by PlanSplitKv (split_kv_launch.cu).
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/attention_merge.cuh"
 #include "api/internal/cuda_check.h"
@@ -30,9 +31,14 @@ constexpr int kMaxTcSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may 
 // fit an SM (the register limit too): 16 warps per SM instead of 8, which the kernel needs more
 // than bytes in flight (H100, GQA 32/8 B=32: issue-bound at 8 warps per SM, 4.5 cycles per
 // instruction; bench/NOTES.md).
+// ATTNRT_TC_FP16_STAGES: a build-time probe of the FP16 ring depth (bench/NOTES.md), 3 unless
+// set.
+#ifndef ATTNRT_TC_FP16_STAGES
+#define ATTNRT_TC_FP16_STAGES 3
+#endif
 template <bool kFp8>
 constexpr int TcStages() {
-  return 3;
+  return kFp8 ? 3 : ATTNRT_TC_FP16_STAGES;
 }
 // The CTAs per SM the register allocation must allow (0: ptxas decides, as for FP16): an FP8
 // D = 128 CTA needs <= 128 registers a thread so that four fit, as its shared memory does; the
@@ -462,15 +468,18 @@ SplitKvKernel TcKernelForDim(int warps, bool fp8) {
     return warps == kTcFp8Warps ? TcKernelForConfig<kHeadDim, kTcFp8Warps, true>()
                                 : SplitKvKernel{};
   }
+  // A CTA size whose rings exceed what an SM has is not built (8 warps of D = 256: 384 KB).
+  auto if_fits = [](auto warps_c) -> SplitKvKernel {
+    constexpr int kWarps = decltype(warps_c)::value;
+    if constexpr (TcSmemBytes<kHeadDim, kWarps>() <= kMaxTcSmemBytes) {
+      return TcKernelForConfig<kHeadDim, kWarps>();
+    }
+    return {};
+  };
   switch (warps) {
-    case 2: return TcKernelForConfig<kHeadDim, 2>();
-    case 4: return TcKernelForConfig<kHeadDim, 4>();
-    case 8:
-      // 8 warps of D = 256 would need 384 KB of rings: more than an SM has.
-      if constexpr (TcSmemBytes<kHeadDim, 8>() <= kMaxTcSmemBytes) {
-        return TcKernelForConfig<kHeadDim, 8>();
-      }
-      return {};
+    case 2: return if_fits(std::integral_constant<int, 2>{});
+    case 4: return if_fits(std::integral_constant<int, 4>{});
+    case 8: return if_fits(std::integral_constant<int, 8>{});
     default: return {};
   }
 }
