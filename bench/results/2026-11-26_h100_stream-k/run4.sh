@@ -16,11 +16,12 @@ for S in 3 4 6; do
 done
 wait
 F="128:32:8:32;128:64:8:32;128:32:32:32;128:32:32:1"
-for S in 3 4 6 3; do
+for R in 3a 4 6 3b; do
+  S=${R:0:1}
   timeout 100 build-s$S/bench/kernels_launch_sweep_bench --commit "$COMMIT s$S" --contexts 4096 \
-    --families "$F" --json-out "$O/sweep_s$S.json" > "$O/sweep_s$S.txt" 2> "$O/sweep_s$S.progress"
-  echo "sweep s$S rc=$? at $(date -u +%T)" >> "$O/record.txt"
-  echo "== stages $S"; grep -A8 "^D    G" "$O/sweep_s$S.txt"
+    --families "$F" --json-out "$O/sweep_s$R.json" > "$O/sweep_s$R.txt" 2> "$O/sweep_s$R.progress"
+  echo "sweep s$R rc=$? at $(date -u +%T)" >> "$O/record.txt"
+  echo "== stages $R"; grep -A8 "^D    G" "$O/sweep_s$R.txt"
 done
 cat "$O/record.txt"
 echo "end $(date -u +%FT%TZ)" >> "$O/record.txt"
