@@ -3,7 +3,9 @@
 // runs of one plan (optionally append + decode) cycling over several input sets whose total
 // exceeds L2, so no step reads K/V left in L2 by the previous one. Reports µs per step, achieved
 // TB/s (K/V bytes once per kv head + q + out) and the ratio to a device read ceiling measured in
-// this process (a read-only 16-byte-load reduction over a 4 GiB buffer, best of 10). Shapes
+// this process (a read-only 16-byte-load reduction over a 4 GiB buffer, best of 10), and to the
+// paged read ceiling of the shape's page slice (the same read in shuffled chunks of block_size x
+// head_dim elements: what a paged cache allows, kernels/read_ceiling.h). Shapes
 // "*_append" plan DecodeStep::kAppendAndDecode (fused in split_kv, the append kernel first in the
 // other paths); "skew_*" batches give row 0 its own (long) context. Each shape also runs as
 // BM_Decode/<shape>/default: the production default dispatch (DefaultDecodeVariant), whatever
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -71,6 +74,20 @@ const Ceilings& MeasureCeilings() {
   static const Ceilings c{bench::MeasureReadBandwidth() / 1e12,
                           bench::MeasureCopyBandwidth(nullptr) / 1e12};
   return c;
+}
+
+// The read ceiling of a paged pool whose pages hold `chunk_bytes` per (block, kv head), TB/s:
+// kernels::MeasurePagedReadBandwidth, once per chunk size per process (no paged kernel can read
+// the cache faster; the flat ceiling is what contiguous K/V, SDPA's, can reach).
+double PagedCeilingTbps(std::size_t chunk_bytes) {
+  static std::map<std::size_t, double> measured;
+  auto it = measured.find(chunk_bytes);
+  if (it == measured.end()) {
+    const StatusOr<double> bw = MeasurePagedReadBandwidth(chunk_bytes);
+    bench::CheckOk(bw, "MeasurePagedReadBandwidth");
+    it = measured.emplace(chunk_bytes, *bw / 1e12).first;
+  }
+  return it->second;
 }
 
 struct BenchShape {
@@ -406,6 +423,10 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   state.counters["TBps"] = bytes / t / 1e12;
   state.counters["ratio_to_read_ceiling"] = bytes / t / 1e12 / ceil.read_tbps;
   state.counters["ceiling_TBps"] = ceil.read_tbps;
+  const double paged_tbps = PagedCeilingTbps(static_cast<std::size_t>(s->block_size) *
+                                             s->head_dim * (s->fp8 ? 1 : sizeof(Half)));
+  state.counters["paged_ceiling_TBps"] = paged_tbps;
+  state.counters["ratio_to_paged_ceiling"] = bytes / t / 1e12 / paged_tbps;
   state.counters["d2d_copy_TBps"] = ceil.copy_tbps;
   state.counters["bytes"] = bytes;
   state.counters["rotation_sets"] = n_sets;

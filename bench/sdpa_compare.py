@@ -163,23 +163,27 @@ def x_bytes_tbps(nbytes, seconds):
 
 
 def load_gbench_medians(path):
-    """{(shape, variant): us} from Google Benchmark JSON (median aggregates, else plain runs)."""
+    """{(shape, variant): us} from Google Benchmark JSON (median aggregates, else plain runs), the
+    Google Benchmark context, and {shape: microseconds of the shape's bytes at its paged read
+    ceiling} (the fastest any paged kernel can read that cache; benches that print it)."""
     with open(path) as f:
         data = json.load(f)
-    medians, plain = {}, {}
+    medians, plain, paged_floor = {}, {}, {}
     for bm in data.get("benchmarks", []):
         name = bm.get("run_name", bm.get("name", ""))
         parts = name.split("/")
         if len(parts) < 3 or parts[0] != "BM_Decode" or "us" not in bm:
             continue
         key = (parts[1], parts[2])
+        if bm.get("paged_ceiling_TBps") and bm.get("bytes"):
+            paged_floor.setdefault(parts[1], bm["bytes"] / (bm["paged_ceiling_TBps"] * 1e12) * 1e6)
         if bm.get("aggregate_name") == "median":
             medians[key] = bm["us"]
         elif bm.get("run_type", "iteration") == "iteration":
             plain.setdefault(key, []).append(bm["us"])
     for key, values in plain.items():
         medians.setdefault(key, statistics.median(values))
-    return medians, data.get("context", {})
+    return medians, data.get("context", {}), paged_floor
 
 
 def main():
@@ -235,7 +239,11 @@ def main():
           f"read ceiling {result['read_ceiling_TBps']:.3f} TB/s")
     ratios = {}
     if args.gbench_json:
-        medians, _ = load_gbench_medians(args.gbench_json)
+        medians, _, paged_floor = load_gbench_medians(args.gbench_json)
+        for shape, us in paged_floor.items():
+            if shape in result["shapes"]:
+                result["shapes"][shape]["paged_floor_us"] = us
+                result["shapes"][shape]["paged_floor_over_sdpa"] = us / result["shapes"][shape]["us"]
         for (shape, variant), us in medians.items():
             if shape in result["shapes"]:
                 ratios.setdefault(shape, {})[variant] = {
@@ -252,11 +260,14 @@ def main():
         result["ratios"] = ratios
         result["winners"] = winners(result, ratios, args.default_variant)
     variants = sorted({v for r in ratios.values() for v in r}, key=lambda v: (v != "default", v))
-    header = f"{'shape':30s} {'SDPA us':>9s} {'SDPA TB/s':>9s}" + "".join(
+    # floor/SDPA: the shape's bytes at the paged read ceiling over SDPA's time, the lowest
+    # attnrt/SDPA ratio a kernel reading this paged cache can reach.
+    header = f"{'shape':30s} {'SDPA us':>9s} {'SDPA TB/s':>9s} {'floor/SDPA':>10s}" + "".join(
         f" {v + ' us':>14s} {v + '/SDPA':>14s}" for v in variants)
     print(header)
     for name, r in result["shapes"].items():
-        line = f"{name:30s} {r['us']:9.1f} {r['TBps']:9.3f}"
+        floor = f"{r['paged_floor_over_sdpa']:10.3f}" if "paged_floor_over_sdpa" in r else f"{'-':>10s}"
+        line = f"{name:30s} {r['us']:9.1f} {r['TBps']:9.3f} {floor}"
         for v in variants:
             x = ratios.get(name, {}).get(v)
             line += f" {x['attnrt_us']:14.1f} {x['attnrt_over_sdpa']:14.3f}" if x else f" {'-':>14s} {'-':>14s}"

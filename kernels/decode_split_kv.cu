@@ -27,18 +27,14 @@ constexpr int kWarpTokens = 16;  // tokens per warp tile: one mma k-step of p·V
 constexpr int kMaxHeadsPerKv = 8;  // the N side of O^T = V^T P^T
 constexpr int kMaxTcSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may have on sm_90
 
-// Tiles in the ring of a warp. FP8: 3 as well, which keeps a D = 128 CTA at 48 KB so that four
-// fit an SM (the register limit too): 16 warps per SM instead of 8, which the kernel needs more
-// than bytes in flight (H100, GQA 32/8 B=32: issue-bound at 8 warps per SM, 4.5 cycles per
-// instruction; bench/NOTES.md).
-// ATTNRT_TC_FP16_STAGES: a build-time probe of the FP16 ring depth (bench/NOTES.md), 3 unless
-// set.
-#ifndef ATTNRT_TC_FP16_STAGES
-#define ATTNRT_TC_FP16_STAGES 3
-#endif
+// Tiles in the ring of a warp: 3. FP16: 4 and 6 measured 1.5-2.2% slower on MHA and GQA at
+// T = 4096 (more bytes in flight per warp, fewer warps per SM; H100, bench/NOTES.md 2026-11-26).
+// FP8: 3 keeps a D = 128 CTA at 48 KB so that four fit an SM (the register limit too): 16 warps
+// per SM instead of 8, which the kernel needs more than bytes in flight (H100, GQA 32/8 B=32:
+// issue-bound at 8 warps per SM, 4.5 cycles per instruction; bench/NOTES.md).
 template <bool kFp8>
 constexpr int TcStages() {
-  return kFp8 ? 3 : ATTNRT_TC_FP16_STAGES;
+  return 3;
 }
 // The CTAs per SM the register allocation must allow (0: ptxas decides, as for FP16): an FP8
 // D = 128 CTA needs <= 128 registers a thread so that four fit, as its shared memory does; the
