@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -134,14 +133,8 @@ StatusOr<double> MeasurePagedReadBandwidth(std::size_t chunk_bytes, std::size_t 
                                 ", expected 1 to 2^31 - 1 chunks of " +
                                 std::to_string(chunk_bytes));
   }
-  // The chunks' order: a fixed LCG shuffle (as DeviceDecodeBatch scatters a sequence's blocks).
-  std::vector<int> order(chunks);
-  std::iota(order.begin(), order.end(), 0);
-  std::uint64_t x = 1;
-  for (std::size_t i = chunks - 1; i > 0; --i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    std::swap(order[i], order[(x >> 33) % (i + 1)]);
-  }
+  // The chunks' order: shuffled as DeviceDecodeBatch scatters a sequence's blocks.
+  const std::vector<std::int32_t> order = ShuffledIds(static_cast<std::int32_t>(chunks), 0);
   void* raw = nullptr;
   ATTNRT_CUDA_RETURN(cudaMalloc(&raw, chunks * sizeof(int)));
   const DevicePtr d_order(raw);

@@ -5,10 +5,28 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <utility>
+#include <vector>
 
 #include <attnrt/status.h>
 
 namespace attnrt::kernels {
+
+// 0 .. n-1 in a fixed pseudo-random order (an LCG-driven Fisher-Yates shuffle from `seed`):
+// how the paged read probe orders its chunks and the benchmarks' decode batches scatter a
+// sequence's blocks over the pool.
+inline std::vector<std::int32_t> ShuffledIds(std::int32_t n, std::uint64_t seed) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n > 0 ? n : 0));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::uint64_t x = seed * 6364136223846793005ull + 1;
+  for (std::int32_t i = n - 1; i > 0; --i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(ids[i], ids[static_cast<std::size_t>((x >> 33) % static_cast<std::uint64_t>(i + 1))]);
+  }
+  return ids;
+}
 
 // 4 GiB: far past any L2 (the H100's is 50 MB), so the figure is DRAM (HBM) bandwidth.
 inline constexpr std::size_t kReadCeilingBytes = std::size_t{4} << 30;

@@ -22,6 +22,7 @@
 #include "api/internal/cuda_check.h"
 #include "api/internal/fp8_e4m3.h"
 #include "kernels/decode.h"
+#include "kernels/read_ceiling.h"
 #include "kernels/views.h"
 #include "tools/percentile.h"
 
@@ -184,14 +185,12 @@ struct DeviceDecodeBatch {
     const int max_blocks = s.max_blocks_per_sequence();
     for (int len : lengths) num_blocks += (len + bs - 1) / bs;
     num_blocks = std::max(num_blocks, 1);
-    // Block ids in order, shuffled unless kInOrder (a fixed LCG; the order only has to be
-    // non-contiguous).
-    std::vector<std::int32_t> ids(num_blocks);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::uint64_t x = seed * 6364136223846793005ull + 1;
-    for (int i = num_blocks - 1; i > 0 && order == BlockOrder::kShuffled; --i) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      std::swap(ids[i], ids[static_cast<int>((x >> 33) % static_cast<std::uint64_t>(i + 1))]);
+    // Block ids shuffled (the order only has to be non-contiguous), or in order.
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
+    if (order == BlockOrder::kShuffled) {
+      ids = kernels::ShuffledIds(num_blocks, seed);
+    } else {
+      std::iota(ids.begin(), ids.end(), 0);
     }
     std::vector<std::int32_t> tables(static_cast<std::size_t>(capacity) * max_blocks, 0);
     int next = 0;
