@@ -42,6 +42,7 @@
 #include "kernels/decode.h"
 #include "runtime/cuda_executor.h"
 #include "tests/support/random_fp16.h"
+#include "tools/device_decode.cuh"
 #include "tools/open_loop.h"
 #include "tools/percentile.h"
 #include "tools/watchdog.h"
@@ -146,42 +147,68 @@ void EnqueueCopy(const void* from, void* to, std::size_t bytes, cudaMemcpyKind k
   }
 }
 
+// `bytes` of device memory (none for 0), or exit naming `what`.
+tools::DeviceMemory AllocateOrDie(std::size_t bytes, const char* what) {
+  tools::DeviceMemory memory;
+  if (Status s = tools::AllocateDevice(bytes, &memory); !s.ok()) {
+    Die(std::string("cudaMalloc ") + what + ": " + s.ToString());
+  }
+  return memory;
+}
+
+// The buffers, stream and graph of one floor measurement: pinned `in` and `out`, their device
+// copies, a stream; Capture records H2D of `in`, `step(stream)`, D2H of `out` as one graph (the
+// copies as memcpy nodes or, with `kernel_copies`, copy kernels). Everything is freed with it.
+struct RoundTrip {
+  std::size_t in_bytes, out_bytes;
+  unsigned char *h_in = nullptr, *h_out = nullptr, *d_in = nullptr, *d_out = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  RoundTrip(std::size_t in, std::size_t out) : in_bytes(in), out_bytes(out) {
+    Check(cudaMallocHost(&h_in, in_bytes), "cudaMallocHost");
+    Check(cudaMallocHost(&h_out, out_bytes), "cudaMallocHost");
+    Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
+    Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
+    Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~RoundTrip() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaFreeHost(h_in);
+    cudaFreeHost(h_out);
+    cudaFree(d_in);
+    cudaFree(d_out);
+  }
+  RoundTrip(const RoundTrip&) = delete;
+  RoundTrip& operator=(const RoundTrip&) = delete;
+
+  template <typename Step>
+  void Capture(bool kernel_copies, Step step) {
+    Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    EnqueueCopy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice, kernel_copies, stream);
+    step(stream);
+    EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
+    Check(cudaStreamEndCapture(stream, &graph), "end capture");
+    Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  }
+};
+
 // The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
 // back, as one graph replay and a stream sync; the copies as memcpy nodes or copy kernels.
 LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false) {
   const std::size_t q = std::size_t(kHeads) * kHeadDim * 2, kv = q;
-  const std::size_t in_bytes = std::size_t(b) * (q + 2 * kv);
-  const std::size_t out_bytes = std::size_t(b) * (q + kHeads * 4);
-  unsigned char *h_in, *h_out, *d_in, *d_out;
-  Check(cudaMallocHost(&h_in, in_bytes), "cudaMallocHost");
-  Check(cudaMallocHost(&h_out, out_bytes), "cudaMallocHost");
-  Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
-  Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
-  std::memset(h_in, 1, in_bytes);
-  cudaStream_t stream;
-  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  EnqueueCopy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice, kernel_copies, stream);
-  TouchKernel<<<1, 32, 0, stream>>>(d_in, d_out);
-  EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
-  Check(cudaStreamEndCapture(stream, &graph), "end capture");
-  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const LatencyUs latency = TimeReplays(exec, stream, iterations);
-  if (h_out[0] != 1) Die("floor: the output byte did not come back");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  cudaFreeHost(h_in);
-  cudaFreeHost(h_out);
-  cudaFree(d_in);
-  cudaFree(d_out);
+  RoundTrip rt(std::size_t(b) * (q + 2 * kv), std::size_t(b) * (q + kHeads * 4));
+  std::memset(rt.h_in, 1, rt.in_bytes);
+  rt.Capture(kernel_copies,
+             [&](cudaStream_t stream) { TouchKernel<<<1, 32, 0, stream>>>(rt.d_in, rt.d_out); });
+  const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations);
+  if (rt.h_out[0] != 1) Die("floor: the output byte did not come back");
   return latency;
 }
 
-// With `kernel_copies`, the copies are kernels on the pinned buffers, as in the executor's small
-// buckets (CudaExecutorOptions::kernel_copy_max_bytes).
 // The same round trip with the real step in place of the trivial kernel: H2D of the metadata
 // (length, layer, block table) and q/k/v, the default decode path's append + decode over a
 // paged cache of kContext tokens, D2H of out + lse, stream sync, as one graph. Each replay
@@ -200,26 +227,21 @@ LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
   // In: [kv_length][layer][block table][q][k][v]; out: [out][lse].
   const std::size_t meta_bytes = (2 + std::size_t(blocks)) * sizeof(std::int32_t);
   const std::size_t q_at = (meta_bytes + 255) / 256 * 256;
-  const std::size_t in_bytes = q_at + 3 * qn * sizeof(Half);
-  const std::size_t out_bytes = qn * sizeof(Half) + kHeads * sizeof(float);
-  unsigned char *h_in, *h_out, *d_in, *d_out;
-  Check(cudaMallocHost(&h_in, in_bytes), "cudaMallocHost");
-  Check(cudaMallocHost(&h_out, out_bytes), "cudaMallocHost");
-  Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
-  Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
-  std::memset(h_in, 0, in_bytes);
-  auto* meta = reinterpret_cast<std::int32_t*>(h_in);
+  RoundTrip rt(q_at + 3 * qn * sizeof(Half), qn * sizeof(Half) + kHeads * sizeof(float));
+  std::memset(rt.h_in, 0, rt.in_bytes);
+  auto* meta = reinterpret_cast<std::int32_t*>(rt.h_in);
   meta[0] = kContext;
   for (int b = 0; b < blocks; ++b) meta[2 + b] = b;
   testing::NormalRng rng(8);
   std::vector<Half> qkv(3 * qn);
   testing::FillNormal(qkv, rng);
-  std::memcpy(h_in + q_at, qkv.data(), qkv.size() * sizeof(Half));
+  std::memcpy(rt.h_in + q_at, qkv.data(), qkv.size() * sizeof(Half));
   const std::size_t pool_elems = std::size_t(shape.num_layers) * blocks * kHeads *
                                  shape.block_size * kHeadDim;
-  Half *k_pool, *v_pool;
-  Check(cudaMalloc(&k_pool, pool_elems * sizeof(Half)), "cudaMalloc K pool");
-  Check(cudaMalloc(&v_pool, pool_elems * sizeof(Half)), "cudaMalloc V pool");
+  const tools::DeviceMemory k_mem = AllocateOrDie(pool_elems * sizeof(Half), "K pool");
+  const tools::DeviceMemory v_mem = AllocateOrDie(pool_elems * sizeof(Half), "V pool");
+  Half* k_pool = static_cast<Half*>(k_mem.get());
+  Half* v_pool = static_cast<Half*>(v_mem.get());
   {
     std::vector<Half> fill(pool_elems / shape.num_layers);
     testing::FillNormal(fill, rng);
@@ -237,14 +259,9 @@ LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
                                      *device};
   auto plan = variant.plan(request);
   if (!plan.ok()) Die("decode plan: " + plan.status().ToString());
-  void* workspace = nullptr;
-  if (plan->workspace_bytes > 0) {
-    Check(cudaMalloc(&workspace, plan->workspace_bytes), "cudaMalloc workspace");
-  }
-  const kernels::DecodeWorkspace ws{workspace, plan->workspace_bytes};
-  cudaStream_t stream;
-  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  if (Status s = kernels::PrepareDecodeWorkspace(*plan, ws, stream); !s.ok()) {
+  const tools::DeviceMemory ws_mem = AllocateOrDie(plan->workspace_bytes, "workspace");
+  const kernels::DecodeWorkspace ws{ws_mem.get(), plan->workspace_bytes};
+  if (Status s = kernels::PrepareDecodeWorkspace(*plan, ws, rt.stream); !s.ok()) {
     Die("PrepareDecodeWorkspace: " + s.ToString());
   }
   kernels::KvPoolView pools;
@@ -259,47 +276,32 @@ LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
   batch.capacity = 1;
   batch.num_q_heads = kHeads;
   batch.max_blocks_per_seq = blocks;
-  const auto* d_meta = reinterpret_cast<const std::int32_t*>(d_in);
+  const auto* d_meta = reinterpret_cast<const std::int32_t*>(rt.d_in);
   batch.kv_lengths = d_meta;
   batch.layers = d_meta + 1;
   batch.block_tables = d_meta + 2;
-  batch.q = reinterpret_cast<const Half*>(d_in + q_at);
+  batch.q = reinterpret_cast<const Half*>(rt.d_in + q_at);
   batch.k_new = batch.q + qn;
   batch.v_new = batch.q + 2 * qn;
-  batch.out = reinterpret_cast<Half*>(d_out);
-  batch.lse = reinterpret_cast<float*>(d_out + qn * sizeof(Half));
+  batch.out = reinterpret_cast<Half*>(rt.d_out);
+  batch.lse = reinterpret_cast<float*>(rt.d_out + qn * sizeof(Half));
   batch.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  EnqueueCopy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice, kernel_copies, stream);
-  if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
-      !s.ok()) {
-    Die("decode run: " + s.ToString());
-  }
-  EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
-  Check(cudaStreamEndCapture(stream, &graph), "end capture");
-  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const LatencyUs latency = TimeReplays(exec, stream, iterations, [&](int i) {
+  rt.Capture(kernel_copies, [&](cudaStream_t stream) {
+    if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
+        !s.ok()) {
+      Die("decode run: " + s.ToString());
+    }
+  });
+  const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations, [&](int i) {
     meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
   });
   // The step ran: its output is a softmax-weighted mean of N(0,1) V rows (finite, |x| < 8).
-  const Half* out = reinterpret_cast<const Half*>(h_out);
+  const Half* out = reinterpret_cast<const Half*>(rt.h_out);
   for (std::size_t i = 0; i < qn; ++i) {
     const float x = HalfToFloat(out[i]);
     if (!(std::fabs(x) < 8.0f)) Die("floor with decode: output " + std::to_string(i) + " = " +
                                     std::to_string(x));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  cudaFreeHost(h_in);
-  cudaFreeHost(h_out);
-  cudaFree(d_in);
-  cudaFree(d_out);
-  cudaFree(k_pool);
-  cudaFree(v_pool);
-  if (workspace != nullptr) cudaFree(workspace);
   return latency;
 }
 

@@ -32,10 +32,7 @@ constexpr int kMaxTcSmemBytes = 227 * 1024;  // dynamic shared memory a CTA may 
 // FP8: 3 keeps a D = 128 CTA at 48 KB so that four fit an SM (the register limit too): 16 warps
 // per SM instead of 8, which the kernel needs more than bytes in flight (H100, GQA 32/8 B=32:
 // issue-bound at 8 warps per SM, 4.5 cycles per instruction; bench/NOTES.md).
-template <bool kFp8>
-constexpr int TcStages() {
-  return 3;
-}
+constexpr int kTcStages = 3;
 // The CTAs per SM the register allocation must allow (0: ptxas decides, as for FP16): an FP8
 // D = 128 CTA needs <= 128 registers a thread so that four fit, as its shared memory does; the
 // other FP8 kernels get all the registers they want (ptxas would spill D = 256 otherwise).
@@ -47,7 +44,7 @@ constexpr int TcMinCtasPerSm() {
 template <int kHeadDim, bool kFp8>
 constexpr int TcWarpSmemBytes() {
   constexpr int tile = kWarpTokens * kHeadDim;  // elements
-  return TcStages<kFp8>() * 2 * tile * static_cast<int>(kFp8 ? 1 : sizeof(Half));
+  return kTcStages * 2 * tile * static_cast<int>(kFp8 ? 1 : sizeof(Half));
 }
 template <int kHeadDim, int kWarps, bool kFp8 = false>
 constexpr int TcSmemBytes() {
@@ -105,7 +102,6 @@ __device__ __forceinline__ int Fp8TileOffset(int r, int c) {
 // row g+8 is d + 1; the store undoes it). K's scale multiplies the scores, V's the output.
 template <int kHeadDim, int kWarps, bool kFp8 = false>
 __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>()) TcDecodeKernel(const SplitKvParams p) {
-  constexpr int kTcStages = TcStages<kFp8>();
   // A copy moves 16 bytes: 8 FP16 values or 16 E4M3 codes of a row.
   constexpr int kChunks = kHeadDim / (kFp8 ? 16 : 8);        // 16-byte chunks per row
   constexpr int kCopies = kWarpTokens * kChunks / 32;        // per lane per tile, K (and V)
