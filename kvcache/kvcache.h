@@ -126,6 +126,27 @@ class SequenceTable {
   std::unique_ptr<Impl> impl_;
 };
 
+// How consecutive block tables lie in the pool: of each table's adjacent entries (b[i], b[i+1]),
+// those with b[i+1] == b[i] + 1. The decode kernel reads a run of consecutive ascending blocks
+// as one stream (pool layer [num_blocks][Hkv][block_size][D]); measured on an H100 it is 1.7-2.4%
+// faster over tables in order than over scattered ones (tools/device_decode.cuh BlockOrder).
+struct BlockLayout {
+  std::int64_t tables = 0;             // non-empty tables
+  std::int64_t blocks = 0;             // their entries
+  std::int64_t adjacent_pairs = 0;     // sum of (size - 1)
+  std::int64_t consecutive_pairs = 0;  // pairs with b[i+1] == b[i] + 1
+
+  void Add(std::span<const BlockId> table);
+  void Add(const BlockLayout& other);
+  // consecutive_pairs / adjacent_pairs; 1 with no pair (every table a single block).
+  double consecutive_fraction() const;
+  // Blocks per maximal consecutive ascending run; 0 with no table.
+  double mean_run_blocks() const;
+};
+class SequenceTable;
+// Every table of `table` (shared blocks counted in each table that holds them).
+BlockLayout MeasureBlockLayout(const SequenceTable& table);
+
 // Backing memory for the K and V pools of all layers: bytes, whatever the element type (the
 // cache passes sizes in bytes).
 class PoolMemory {
