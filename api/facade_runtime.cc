@@ -197,6 +197,7 @@ StatusOr<std::unique_ptr<runtime::Executor>> MakeCudaExecutor(const RuntimeOptio
   co.mode = o.use_graphs ? runtime::LaunchMode::kGraph : runtime::LaunchMode::kEager;
   if (!o.decode_path.empty()) co.paths = {o.decode_path};
   co.sleep_through_steps = o.sleep_through_steps;
+  co.offer_staging_memory = o.stage_in_mapped_memory;
   ATTNRT_ASSIGN_OR_RETURN(std::unique_ptr<runtime::CudaExecutor> executor,
                           runtime::CreateCudaExecutor(co));
   int device = 0;

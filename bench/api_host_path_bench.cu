@@ -63,6 +63,10 @@ struct Options {
   // Saturation at max batch 32 and 128 with the completion thread sleeping through steps and
   // spinning them whole, alternating, twice (--saturation-ab; not part of the summary).
   bool saturation_ab = false;
+  // B=1, host CPU at B=128 and saturation with requests packed into the step's staging (memcpy,
+  // streaming stores) or staged in mapped memory at Submit, alternating, twice (--staging-ab;
+  // not part of the summary).
+  bool staging_ab = false;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
 };
 
@@ -348,6 +352,16 @@ void PrefillSequences(Target& target, const ModelShape& shape, int n) {
 struct Variation {
   std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
   bool sleep_through_steps = true;
+  bool stage_in_mapped_memory = false;  // RuntimeOptions / CudaExecutorOptions::offer_staging_memory
+  bool pack_streaming_stores = false;   // CudaExecutorOptions
+  int pack_threads = -1;                // CudaExecutorOptions
+  std::string Name() const {
+    std::string name;
+    if (!sleep_through_steps) name += " (steps spin-waited)";
+    if (stage_in_mapped_memory) name += " (staged in mapped memory)";
+    if (pack_streaming_stores) name += " (streaming-store pack)";
+    return name;
+  }
 };
 
 std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int max_batch,
@@ -362,6 +376,7 @@ std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int m
   o.max_queue_size = 1 << 16;
   o.result_spin = variation.result_spin;
   o.sleep_through_steps = variation.sleep_through_steps;
+  o.stage_in_mapped_memory = variation.stage_in_mapped_memory;
   o.kv_cache_bytes = std::size_t(sequences) * shape.num_layers * shape.max_context *
                      shape.kv_token_elems() * 2 * sizeof(Half) + (std::size_t{64} << 20);
   auto rt = Runtime::Create(o);
@@ -653,7 +668,7 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
   std::printf("host cpu%s%s: %lld requests in %.2f s (%.0f req/s); CPU s: process %.2f, "
               "producer threads %.2f of which in Submit %.2f\n",
               device_inputs ? " (device-memory requests)" : "",
-              variation.sleep_through_steps ? "" : " (steps spin-waited)",
+              variation.Name().c_str(),
               static_cast<long long>(completed.load()), wall, h.throughput, cpu, producers_s,
               submit_s);
   return h;
@@ -689,8 +704,7 @@ struct Saturation {
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
-Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_steps = true,
-                             int pack_threads = -1) {
+Saturation MeasureSaturation(int batch, double duration_s, Variation variation = {}) {
   constexpr int kWindowUs = 200, kSequences = 1024;
   ModelShape shape;
   shape.num_layers = 1;
@@ -705,8 +719,10 @@ Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_st
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
   co.max_batch_size = batch;
   co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
-  co.sleep_through_steps = sleep_through_steps;
-  co.pack_threads = pack_threads;
+  co.sleep_through_steps = variation.sleep_through_steps;
+  co.pack_threads = variation.pack_threads;
+  co.pack_streaming_stores = variation.pack_streaming_stores;
+  co.offer_staging_memory = variation.stage_in_mapped_memory;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   // Every run starts with every sequence at kContext tokens (tools::ResetSequences: runs
@@ -760,7 +776,7 @@ Saturation MeasureSaturation(int batch, double duration_s, bool sleep_through_st
   std::printf("saturation B=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
               "%.3f x (of the GPU's bound %.0f req/s: %.3f x); 70%% load p99 %.0f us (queue p99 "
               "%.0f, executor p50 %.0f) vs bound %.0f us\n",
-              batch, sleep_through_steps ? "" : " (steps spin-waited)", s.capacity, s.step_us,
+              batch, variation.Name().c_str(), s.capacity, s.step_us,
               sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, loaded.p99_us,
               loaded.queue_delay_p99_us, loaded.executor_p50_us, s.bound_us);
   return s;
@@ -849,7 +865,35 @@ int Run(const Options& o) {
       for (int batch : {32, 128}) {
         for (bool sleep : {true, false}) {
           section(("saturation A/B, round " + std::to_string(round + 1)).c_str());
-          (void)MeasureSaturation(batch, dur, sleep, o.pack_threads);
+          (void)MeasureSaturation(
+              batch, dur, Variation{.sleep_through_steps = sleep, .pack_threads = o.pack_threads});
+        }
+      }
+    }
+  }
+  if (o.staging_ab) {
+    // Where a host-memory request's q/k/v travel: packed by the batching thread into the
+    // step's staging (default, memcpy or streaming stores), or staged once at Submit in mapped
+    // pinned memory that the step gathers from. Alternating, twice.
+    const Variation variants[] = {
+        Variation{.pack_threads = o.pack_threads},
+        Variation{.pack_streaming_stores = true, .pack_threads = o.pack_threads},
+        Variation{.stage_in_mapped_memory = true, .pack_threads = o.pack_threads}};
+    for (int round = 0; round < 2; ++round) {
+      for (const Variation& v : {variants[0], variants[2]}) {
+        section(("staging A/B, B=1, round " + std::to_string(round + 1) + v.Name()).c_str());
+        const LatencyUs b1 = MeasureB1(true, iters, false, v);
+        std::printf("%-34s %10.2f %10.2f\n", ("runtime B=1 graph" + v.Name()).c_str(), b1.p50,
+                    b1.p99);
+        const HostCpu h = MeasureHostCpu(dur, false, v);
+        std::printf("host cpu per request at B=128%s: runtime %.3f us (in Submit %.3f), whole "
+                    "process %.3f us\n", v.Name().c_str(), h.runtime_us, h.submit_us,
+                    h.process_us);
+      }
+      for (int batch : {32, 128}) {
+        for (const Variation& v : variants) {
+          section(("staging A/B, saturation, round " + std::to_string(round + 1)).c_str());
+          (void)MeasureSaturation(batch, dur, v);
         }
       }
     }
@@ -857,9 +901,9 @@ int Run(const Options& o) {
   Saturation s32, s128;
   if (o.saturation) {
     section("saturation at max batch 32");
-    s32 = MeasureSaturation(32, dur, true, o.pack_threads);
+    s32 = MeasureSaturation(32, dur, Variation{.pack_threads = o.pack_threads});
     section("saturation at max batch 128");
-    s128 = MeasureSaturation(128, dur, true, o.pack_threads);
+    s128 = MeasureSaturation(128, dur, Variation{.pack_threads = o.pack_threads});
   }
   section("done");
 
@@ -929,7 +973,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick] [--sections LIST] [--b1-only] [--saturation-ab]\n"
+          "[--quick] [--sections LIST] [--b1-only] [--saturation-ab] [--staging-ab]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -941,10 +985,14 @@ int main(int argc, char** argv) {
           "  --quick          300 samples, 0.2 s runs\n"
           "  --sections LIST  comma-separated, of b1 (floors and B=1 rows), host (host CPU at\n"
           "                   B=128), saturation (max batch 32 and 128); default all (the\n"
-          "                   summary is written only with all three)\n"
+          "                   summary is written only with all three); none: only the A/B\n"
+          "                   sections asked for\n"
           "  --b1-only        --sections b1\n"
           "  --saturation-ab  also: saturation at max batch 32 and 128 with steps slept through\n"
           "                   and spin-waited, alternating, twice (sleep_through_steps A/B)\n"
+          "  --staging-ab     also: B=1, host CPU at B=128 and saturation with q/k/v packed\n"
+          "                   into the step's staging (memcpy; streaming stores) or staged in\n"
+          "                   mapped memory at Submit (stage_in_mapped_memory), alternating, twice\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n");
       return 0;
     } else if (a == "--out") {
@@ -964,20 +1012,26 @@ int main(int argc, char** argv) {
       o.pack_threads = std::atoi(value("--pack-threads").c_str());
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
+    } else if (a == "--staging-ab") {
+      o.staging_ab = true;
     } else if (a == "--sections") {
       const std::string list = "," + value("--sections") + ",";
       o.b1 = list.find(",b1,") != std::string::npos;
       o.host = list.find(",host,") != std::string::npos;
       o.saturation = list.find(",saturation,") != std::string::npos;
-      if (!(o.b1 || o.host || o.saturation) && !o.saturation_ab) {
+      if (!(o.b1 || o.host || o.saturation) && list != ",none,") {
         std::fprintf(stderr, "api_host_path_bench: --sections names none of b1, host, "
-                             "saturation\n");
+                             "saturation (or none: only the A/B sections)\n");
         return 2;
       }
     } else {
       std::fprintf(stderr, "api_host_path_bench: unknown argument '%s' (--help)\n", a.c_str());
       return 2;
     }
+  }
+  if (!(o.b1 || o.host || o.saturation || o.saturation_ab || o.staging_ab)) {
+    std::fprintf(stderr, "api_host_path_bench: nothing to run (--sections none without an A/B)\n");
+    return 2;
   }
   if (o.iterations < 10 || !(o.duration_s > 0)) {
     std::fprintf(stderr, "api_host_path_bench: --iterations >= 10 and --duration > 0\n");

@@ -8,20 +8,54 @@
 namespace attnrt::kernels {
 namespace {
 
-constexpr int kIoThreads = 128;
+constexpr int kCopyThreads = 128;  // AddCopyNode
+// Gather and scatter: one CTA of kRowThreads per batch row, each thread with up to
+// kWordsInFlight 16-byte loads issued before its stores. The sources are often pinned host
+// memory across PCIe (the scheduler's staged requests), where a load takes ~1-2 us: a thread
+// that stored each word before loading the next paid one round trip per word, 12 for an
+// H32 D128 row. 256 x 8 x 16 B = 32 KB per round covers q + k + v of such a row.
+constexpr int kRowThreads = 256;
+constexpr int kWordsInFlight = 8;
 
-// Copies `elems` 2-byte elements; 16-byte vectors when both ends are 16-byte aligned (every
-// row of H*D or Hkv*D halves is a multiple of 16 bytes for the supported head dims).
-__device__ void CopyHalves(Half* dst, const Half* src, int elems) {
-  const auto d = reinterpret_cast<std::uintptr_t>(dst);
-  const auto s = reinterpret_cast<std::uintptr_t>(src);
-  if (((d | s) & 15u) == 0 && (elems & 7) == 0) {
-    uint4* dv = reinterpret_cast<uint4*>(dst);
-    const uint4* sv = reinterpret_cast<const uint4*>(src);
-    for (int i = threadIdx.x; i < elems / 8; i += blockDim.x) dv[i] = sv[i];
-  } else {
-    for (int i = threadIdx.x; i < elems; i += blockDim.x) dst[i] = src[i];
+// Up to three regions of 16-byte words copied as one index space.
+struct RowRegions {
+  const uint4* src[3];
+  uint4* dst[3];
+  int words[3];
+};
+
+__device__ const uint4* SourceWord(const RowRegions& r, int i, uint4** dst) {
+  int region = 0;
+  while (region < 2 && i >= r.words[region]) i -= r.words[region++];
+  *dst = r.dst[region] + i;
+  return r.src[region] + i;
+}
+
+__device__ void CopyRegions(const RowRegions& r) {
+  const int total = r.words[0] + r.words[1] + r.words[2];
+  for (int base = 0; base < total; base += kWordsInFlight * kRowThreads) {
+    uint4 word[kWordsInFlight];
+    uint4* to[kWordsInFlight] = {};
+#pragma unroll
+    for (int u = 0; u < kWordsInFlight; ++u) {
+      const int i = base + u * kRowThreads + static_cast<int>(threadIdx.x);
+      if (i < total) word[u] = *SourceWord(r, i, &to[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kWordsInFlight; ++u) {
+      const int i = base + u * kRowThreads + static_cast<int>(threadIdx.x);
+      if (i < total) *to[u] = word[u];
+    }
   }
+}
+
+// Element by element: the fallback where a caller's pointer is not 16-byte aligned.
+__device__ void CopyHalves(Half* dst, const Half* src, int elems) {
+  for (int i = threadIdx.x; i < elems; i += blockDim.x) dst[i] = src[i];
+}
+
+__device__ bool Aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
 __global__ void GatherInputsKernel(BatchIoArgs a) {
@@ -29,12 +63,26 @@ __global__ void GatherInputsKernel(BatchIoArgs a) {
   if (a.kv_lengths[batch_row] <= 0) return;  // padding
   const std::uint64_t q = a.q_ptrs[batch_row];
   if (q == 0) return;  // host-memory request: the memcpy node filled the buffers
-  CopyHalves(a.q + static_cast<std::int64_t>(batch_row) * a.q_elems,
-             reinterpret_cast<const Half*>(q), a.q_elems);
-  CopyHalves(a.k + static_cast<std::int64_t>(batch_row) * a.kv_elems,
-             reinterpret_cast<const Half*>(a.k_ptrs[batch_row]), a.kv_elems);
-  CopyHalves(a.v + static_cast<std::int64_t>(batch_row) * a.kv_elems,
-             reinterpret_cast<const Half*>(a.v_ptrs[batch_row]), a.kv_elems);
+  const Half* src[3] = {reinterpret_cast<const Half*>(q),
+                        reinterpret_cast<const Half*>(a.k_ptrs[batch_row]),
+                        reinterpret_cast<const Half*>(a.v_ptrs[batch_row])};
+  Half* dst[3] = {a.q + static_cast<std::int64_t>(batch_row) * a.q_elems,
+                  a.k + static_cast<std::int64_t>(batch_row) * a.kv_elems,
+                  a.v + static_cast<std::int64_t>(batch_row) * a.kv_elems};
+  const int elems[3] = {a.q_elems, a.kv_elems, a.kv_elems};
+  // Every row of H*D or Hkv*D halves is a multiple of 16 bytes for the supported head dims.
+  if (Aligned16(src[0]) && Aligned16(src[1]) && Aligned16(src[2]) && (a.q_elems & 7) == 0 &&
+      (a.kv_elems & 7) == 0) {
+    RowRegions r;
+    for (int i = 0; i < 3; ++i) {
+      r.src[i] = reinterpret_cast<const uint4*>(src[i]);
+      r.dst[i] = reinterpret_cast<uint4*>(dst[i]);
+      r.words[i] = elems[i] / 8;
+    }
+    CopyRegions(r);
+  } else {
+    for (int i = 0; i < 3; ++i) CopyHalves(dst[i], src[i], elems[i]);
+  }
 }
 
 __global__ void ScatterOutputsKernel(BatchIoArgs a) {
@@ -42,13 +90,22 @@ __global__ void ScatterOutputsKernel(BatchIoArgs a) {
   if (a.kv_lengths[batch_row] <= 0) return;
   const std::uint64_t out = a.out_ptrs[batch_row];
   if (out == 0) return;  // host-memory request: the D2H node returns it
-  CopyHalves(reinterpret_cast<Half*>(out), a.out + static_cast<std::int64_t>(batch_row) * a.q_elems,
-             a.q_elems);
+  Half* dst = reinterpret_cast<Half*>(out);
+  const Half* src = a.out + static_cast<std::int64_t>(batch_row) * a.q_elems;
+  if (Aligned16(dst) && (a.q_elems & 7) == 0) {
+    RowRegions r{};
+    r.src[0] = reinterpret_cast<const uint4*>(src);
+    r.dst[0] = reinterpret_cast<uint4*>(dst);
+    r.words[0] = a.q_elems / 8;
+    CopyRegions(r);
+  } else {
+    CopyHalves(dst, src, a.q_elems);
+  }
   const std::uint64_t lse = a.lse_ptrs[batch_row];
   if (lse != 0) {
-    float* dst = reinterpret_cast<float*>(lse);
-    const float* src = a.lse + static_cast<std::int64_t>(batch_row) * a.num_q_heads;
-    for (int i = threadIdx.x; i < a.num_q_heads; i += blockDim.x) dst[i] = src[i];
+    float* to = reinterpret_cast<float*>(lse);
+    const float* from = a.lse + static_cast<std::int64_t>(batch_row) * a.num_q_heads;
+    for (int i = threadIdx.x; i < a.num_q_heads; i += blockDim.x) to[i] = from[i];
   }
 }
 
@@ -73,7 +130,7 @@ Status AddNode(void* func, cudaGraph_t graph, const cudaGraphNode_t* deps, std::
   cudaKernelNodeParams p{};
   p.func = func;
   p.gridDim = dim3(static_cast<unsigned>(args.capacity));
-  p.blockDim = dim3(kIoThreads);
+  p.blockDim = dim3(kRowThreads);
   p.sharedMemBytes = 0;
   p.kernelParams = params;
   p.extra = nullptr;
@@ -98,8 +155,8 @@ Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t n
   cudaKernelNodeParams p{};
   p.func = reinterpret_cast<void*>(CopyBytesKernel);
   p.gridDim = dim3(static_cast<unsigned>(
-      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kIoThreads - 1) / kIoThreads))));
-  p.blockDim = dim3(kIoThreads);
+      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kCopyThreads - 1) / kCopyThreads))));
+  p.blockDim = dim3(kCopyThreads);
   p.sharedMemBytes = 0;
   p.kernelParams = params;
   p.extra = nullptr;
@@ -119,13 +176,13 @@ Status AddScatterNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_
 }
 
 Status LaunchGather(const BatchIoArgs& args, cudaStream_t stream) {
-  GatherInputsKernel<<<args.capacity, kIoThreads, 0, stream>>>(args);
+  GatherInputsKernel<<<args.capacity, kRowThreads, 0, stream>>>(args);
   ATTNRT_CUDA_RETURN_LAUNCH();
   return Status::Ok();
 }
 
 Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream) {
-  ScatterOutputsKernel<<<args.capacity, kIoThreads, 0, stream>>>(args);
+  ScatterOutputsKernel<<<args.capacity, kRowThreads, 0, stream>>>(args);
   ATTNRT_CUDA_RETURN_LAUNCH();
   return Status::Ok();
 }

@@ -133,19 +133,30 @@ struct NodeEnables {
   friend bool operator==(const NodeEnables&, const NodeEnables&) = default;
   // Host-memory requests only, every stage on: the piece runs CapturedGraph::host_exec.
   bool host_only() const { return h2d_full && !device_io && d2h && compute; }
+  // Device-memory requests only, every stage on: the piece runs CapturedGraph::device_exec.
+  bool device_only() const { return !h2d_full && device_io && !d2h && compute; }
+};
+
+// The two graphs cloned from a captured step with only the nodes one kind of piece needs.
+enum class LeanGraph {
+  kHostMemory,    // H2D (metadata + q/k/v) -> append + decode -> D2H
+  kDeviceMemory,  // H2D (metadata) -> gather -> append + decode -> scatter
 };
 
 // A (path, bucket, pipeline buffer)'s graphs. `exec` holds every optional node (toggled per
-// piece through `enabled`); `host_exec` only H2D -> append + decode -> D2H, what a piece of
-// host-memory requests needs: no disabled nodes on its launch path (H100, B=1: the general
-// graph with its three disabled nodes launched slower than the same work eager). In buckets
-// whose staging is at most kernel_copy_max_bytes each way its H2D and D2H are copy kernels on
-// the pinned buffers, not memcpy nodes (B=1: 26 vs 35 us per executor step).
+// piece through `enabled`: mixed pieces and the benchmark's disabled stages); `host_exec` and
+// `device_exec` only what a piece of host-memory or of device-memory requests needs
+// (LeanGraph): no disabled nodes on their launch path (H100, B=1: the general graph with its
+// three disabled nodes launched slower than the same work eager). In buckets whose staging is
+// at most kernel_copy_max_bytes each way their pinned <-> device copies are copy kernels, not
+// memcpy nodes (B=1: 26 vs 35 us per executor step).
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;
   Graph host_graph;
   GraphExec host_exec;
+  Graph device_graph;
+  GraphExec device_exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
                   d2h = nullptr;
   std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
@@ -321,8 +332,9 @@ struct CudaExecutor::Impl {
   kernels::DecodeWorkspace WorkspaceFor(const kernels::DecodePlan& plan) const;
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
-  // From a clone of the captured compute graph: host_graph/host_exec of `g`.
-  Status AddHostOnlyGraph(cudaGraph_t compute, int bucket, int buffer, CapturedGraph* g);
+  // From a clone of the captured compute graph: the LeanGraph of `kind`.
+  Status AddLeanGraph(cudaGraph_t compute, int bucket, int buffer, LeanGraph kind, Graph* graph,
+                      GraphExec* exec);
   Status SetEnables(CapturedGraph& g, const NodeEnables& e);
   Status DrainStream();
 

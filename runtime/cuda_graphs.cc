@@ -119,7 +119,10 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_RETURN_IF_ERROR(enqueued);
   ATTNRT_CUDA_RETURN(ended);
   cudaGraph_t graph = g->graph.get();
-  ATTNRT_RETURN_IF_ERROR(AddHostOnlyGraph(graph, bucket, buffer, g));
+  ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kHostMemory,
+                                      &g->host_graph, &g->host_exec));
+  ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kDeviceMemory,
+                                      &g->device_graph, &g->device_exec));
 
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
   g->compute_nodes.clear();
@@ -153,41 +156,50 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   return Status::Ok();
 }
 
-Status CudaExecutor::Impl::AddHostOnlyGraph(cudaGraph_t compute, int bucket, int buffer,
-                                            CapturedGraph* g) {
+Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buffer,
+                                        LeanGraph kind, Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
   cudaGraph_t raw = nullptr;
   ATTNRT_CUDA_RETURN(cudaGraphClone(&raw, compute));
-  g->host_graph = Graph::Adopt(raw);
+  *graph = Graph::Adopt(raw);
   ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
-  std::vector<cudaGraphNode_t>& leaves = shape.leaves;
-  cudaGraphNode_t h2d = nullptr, d2h = nullptr;
+  const bool host = kind == LeanGraph::kHostMemory;
+  const std::size_t in_bytes = host ? l.in_bytes : l.meta_bytes;
+  // A copy between pinned staging and its device mirror: a copy kernel where both directions
+  // are small, else a memcpy node.
   const bool kernel_copies = pinned_is_device_addressable &&
-                             std::max(l.in_bytes, l.out_bytes) <= options.kernel_copy_max_bytes;
-  if (kernel_copies) {
-    ATTNRT_RETURN_IF_ERROR(
-        kernels::AddCopyNode(raw, nullptr, 0, buf.in.data(), buf.dev_in.data(), l.in_bytes, &h2d));
-  } else {
-    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
-                                                buf.in.data(), l.in_bytes,
-                                                cudaMemcpyHostToDevice));
-  }
+                             std::max(in_bytes, host ? l.out_bytes : 0) <=
+                                 options.kernel_copy_max_bytes;
+  auto add_copy = [&](const cudaGraphNode_t* deps, std::size_t num_deps, void* to,
+                      const void* from, std::size_t bytes, cudaMemcpyKind direction,
+                      cudaGraphNode_t* node) -> Status {
+    if (kernel_copies) return kernels::AddCopyNode(raw, deps, num_deps, from, to, bytes, node);
+    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(node, raw, deps, num_deps, to, from, bytes,
+                                                direction));
+    return Status::Ok();
+  };
+  cudaGraphNode_t h2d = nullptr;
+  ATTNRT_RETURN_IF_ERROR(add_copy(nullptr, 0, buf.dev_in.data(), buf.in.data(), in_bytes,
+                                  cudaMemcpyHostToDevice, &h2d));
+  cudaGraphNode_t before_compute = h2d;
+  const BatchIoArgs io = IoArgsFor(bucket, buffer);
+  if (!host) ATTNRT_RETURN_IF_ERROR(AddGatherNode(raw, &h2d, 1, io, &before_compute));
   for (cudaGraphNode_t root : shape.roots) {
-    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &root, nullptr, 1));
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &before_compute, &root, nullptr, 1));
   }
-  if (leaves.empty()) leaves.push_back(h2d);  // (no compute node: the copies in order)
-  if (kernel_copies) {
-    ATTNRT_RETURN_IF_ERROR(kernels::AddCopyNode(raw, leaves.data(), leaves.size(),
-                                                buf.dev_out.data(), buf.out.data(), l.out_bytes,
-                                                &d2h));
+  std::vector<cudaGraphNode_t>& leaves = shape.leaves;
+  if (leaves.empty()) leaves.push_back(before_compute);  // (no compute node: the copies in order)
+  cudaGraphNode_t last = nullptr;
+  if (host) {
+    ATTNRT_RETURN_IF_ERROR(add_copy(leaves.data(), leaves.size(), buf.out.data(),
+                                    buf.dev_out.data(), l.out_bytes, cudaMemcpyDeviceToHost,
+                                    &last));
   } else {
-    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&d2h, raw, leaves.data(), leaves.size(),
-                                                buf.out.data(), buf.dev_out.data(), l.out_bytes,
-                                                cudaMemcpyDeviceToHost));
+    ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, leaves.data(), leaves.size(), io, &last));
   }
-  ATTNRT_ASSIGN_OR_RETURN(g->host_exec, GraphExec::Instantiate(g->host_graph));
-  ATTNRT_CUDA_RETURN(cudaGraphUpload(g->host_exec.get(), stream.get()));
+  ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), stream.get()));
   return Status::Ok();
 }
 

@@ -77,7 +77,8 @@ class RecordPool {
  public:
   // Element counts of each staging region; `slab_records` records are allocated at a time. With
   // `staging`, at least `staged_records` records are allocated at once from it (device-visible:
-  // the working set of requests in flight); growth past them uses the heap.
+  // the working set of requests in flight); growth past them takes more from it until it
+  // refuses once, then uses the heap.
   RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems, int slab_records,
              runtime::StagingMemory* staging = nullptr, std::size_t staged_records = 0);
   ~RecordPool();
@@ -108,7 +109,7 @@ class RecordPool {
 
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
   int slab_records_;
-  runtime::StagingMemory* staging_;
+  runtime::StagingMemory* staging_ GUARDED_BY(grow_mu_);  // null once it refused an allocation
   ShardedFreeList<RequestRecord> free_;
   mutable Mutex grow_mu_;
   std::vector<std::unique_ptr<Slab>> slabs_ GUARDED_BY(grow_mu_);

@@ -75,6 +75,11 @@ struct RuntimeOptions {
   // core busy whenever the GPU works, for a few microseconds less completion latency at
   // large batch.
   bool sleep_through_steps = true;
+  // CUDA executor: host-memory requests are copied once, during Submit, into pinned host memory
+  // the GPU reads and writes in place (the step's gather and scatter kernels cross PCIe), so no
+  // thread copies them a second time into the step's staging or copies the output back out of
+  // it. A backlog past the working set allocates more (milliseconds per 256 requests, once).
+  bool stage_in_mapped_memory = false;
 };
 
 // How much of the KV cache is in use (Runtime::kv_cache_usage, and gauges in MetricsText).
