@@ -1,7 +1,8 @@
-// Host cost of the paged KV cache's bookkeeping, in ns per operation: block allocate+release,
-// sequence create+free, decode growth (AppendToken), fork+free of a 4096-token sequence, a
-// beam-style fork + copy-on-write token + free, and MetadataBytes(). Counters report the
-// metadata bytes, their ratio to the K+V bytes in use, and the free block count.
+// Host cost of the paged KV cache's bookkeeping, in ns per operation: block allocate+release
+// (a new run, and the block after a hint), sequence create+free, decode growth (AppendToken),
+// fork+free of a 4096-token sequence, a beam-style fork + copy-on-write token + free, and
+// MetadataBytes(). Counters report the metadata bytes, their ratio to the K+V bytes in use, and
+// the free block count. The block layout under churn: bench/kvcache_layout_bench.cc.
 // Shape: 32 layers, Hkv = 8, D = 128, block size 16 (2 MiB of K+V per block), max_context 4096.
 #include <benchmark/benchmark.h>
 
@@ -54,6 +55,23 @@ void BM_AllocateRelease(benchmark::State& state) {
   state.counters["free_blocks"] = allocator.num_free();
 }
 BENCHMARK(BM_AllocateRelease)->Arg(1024)->Arg(1 << 20);
+
+// A table's growth: the block after one it holds (BlockHint::after), released again (it merges
+// back into the free run it came from). Half the pool held as in BM_AllocateRelease.
+void BM_AllocateAfterRelease(benchmark::State& state) {
+  BlockAllocator allocator(static_cast<std::int32_t>(state.range(0)));
+  for (std::int64_t i = 0; i < state.range(0) / 2; ++i) (void)allocator.Allocate();
+  const BlockId last = *allocator.Allocate();
+  for (auto _ : state) {
+    StatusOr<BlockId> b = allocator.Allocate({.after = last});
+    benchmark::DoNotOptimize(b);
+    Status s = allocator.Release(*b);
+    benchmark::DoNotOptimize(s);
+  }
+  if (*allocator.Allocate({.after = last}) != last + 1) state.SkipWithError("hint not taken");
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AllocateAfterRelease)->Arg(1024)->Arg(1 << 20);
 
 void BM_CreateFree(benchmark::State& state) {
   const ModelShape shape = BenchShape();

@@ -1,5 +1,8 @@
-// BlockAllocator: a stack of free block ids (O(1) allocate and release) and one reference count
-// per block. A block is free exactly when its count is 0 and its id is on the stack.
+// BlockAllocator: reference counts, and the free blocks as maximal runs with their length at both
+// ends (boundary tags) on size-class lists, so that allocate (the block after a hint, or a split
+// of the longest run) and release (merging with free neighbours) are O(1), as in TLSF.
+#include <algorithm>
+#include <bit>
 #include <string>
 
 #include "api/check.h"
@@ -17,27 +20,126 @@ std::string RangeText(std::int32_t num_blocks) {
 BlockAllocator::BlockAllocator(std::int32_t num_blocks) {
   ATTNRT_DCHECK(num_blocks >= 0);
   if (num_blocks < 0) num_blocks = 0;
-  ref_counts_.assign(static_cast<std::size_t>(num_blocks), 0);
-  free_list_.reserve(static_cast<std::size_t>(num_blocks));
-  // Pushed in reverse so that the first Allocate() hands out block 0, then 1, ...
-  for (BlockId b = num_blocks - 1; b >= 0; --b) free_list_.push_back(b);
+  const std::size_t n = static_cast<std::size_t>(num_blocks);
+  words_.assign(n, 0);
+  next_.assign(n, kNoBlock);
+  prev_.assign(n, kNoBlock);
+  table_end_.assign(n, 0);
+  for (BlockId& head : class_head_) head = kNoBlock;
+  if (num_blocks > 0) InsertRun(0, num_blocks);
+  num_free_ = num_blocks;
 }
 
-StatusOr<BlockId> BlockAllocator::Allocate() {
+int BlockAllocator::SizeClass(std::int32_t length) {
+  ATTNRT_DCHECK(length >= 1);
+  if (length < 4) return length - 1;
+  // Quarters of [2^f, 2^(f+1)): runs of one class differ by less than 25% in length.
+  const int f = std::bit_width(static_cast<std::uint32_t>(length)) - 1;  // >= 2
+  return 4 * (f - 1) + ((length >> (f - 2)) & 3);
+}
+
+void BlockAllocator::InsertRun(BlockId start, std::int32_t length) {
+  words_[static_cast<std::size_t>(start)] = -length;
+  words_[static_cast<std::size_t>(start + length - 1)] = -length;
+  const int c = SizeClass(length);
+  const BlockId head = class_head_[c];
+  next_[static_cast<std::size_t>(start)] = head;
+  prev_[static_cast<std::size_t>(start)] = kNoBlock;
+  if (head != kNoBlock) prev_[static_cast<std::size_t>(head)] = start;
+  class_head_[c] = start;
+  nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
+}
+
+void BlockAllocator::RemoveRun(BlockId start, std::int32_t length) {
+  const int c = SizeClass(length);
+  const BlockId next = next_[static_cast<std::size_t>(start)];
+  const BlockId prev = prev_[static_cast<std::size_t>(start)];
+  if (prev != kNoBlock) {
+    next_[static_cast<std::size_t>(prev)] = next;
+  } else {
+    class_head_[c] = next;
+    if (next == kNoBlock) nonempty_[c / 64] &= ~(std::uint64_t{1} << (c % 64));
+  }
+  if (next != kNoBlock) prev_[static_cast<std::size_t>(next)] = prev;
+}
+
+void BlockAllocator::MoveRun(BlockId from, BlockId to, std::int32_t old_length,
+                             std::int32_t new_length) {
+  const int c = SizeClass(old_length);
+  ATTNRT_DCHECK(SizeClass(new_length) == c);
+  const BlockId next = next_[static_cast<std::size_t>(from)];
+  const BlockId prev = prev_[static_cast<std::size_t>(from)];
+  next_[static_cast<std::size_t>(to)] = next;
+  prev_[static_cast<std::size_t>(to)] = prev;
+  if (prev != kNoBlock) {
+    next_[static_cast<std::size_t>(prev)] = to;
+  } else {
+    class_head_[c] = to;
+  }
+  if (next != kNoBlock) prev_[static_cast<std::size_t>(next)] = to;
+  words_[static_cast<std::size_t>(to)] = -new_length;
+  words_[static_cast<std::size_t>(to + new_length - 1)] = -new_length;
+}
+
+BlockId BlockAllocator::Take(BlockId block, BlockId start, std::int32_t length) {
+  if (block == start && length > 1 && SizeClass(length - 1) == SizeClass(length)) {
+    // The common case (a table growing into the run after it): the run keeps its list place.
+    MoveRun(start, start + 1, length, length - 1);
+  } else {
+    RemoveRun(start, length);
+    if (block > start) InsertRun(start, block - start);
+    const BlockId end = start + length;
+    if (block + 1 < end) InsertRun(block + 1, end - block - 1);
+  }
+  words_[static_cast<std::size_t>(block)] = 1;
+  table_end_[static_cast<std::size_t>(block)] = 1;
+  --num_free_;
+  return block;
+}
+
+BlockId BlockAllocator::LongestRun() const {
+  const int c = nonempty_[1] != 0 ? 127 - std::countl_zero(nonempty_[1])
+                                  : 63 - std::countl_zero(nonempty_[0]);
+  // A run that follows no table's end can be begun at its start: prefer one (a bounded look).
+  BlockId start = class_head_[c];
+  for (int i = 0; i < kEndProbe && start != kNoBlock; ++i) {
+    if (!FollowsTableEnd(start)) return start;
+    start = next_[static_cast<std::size_t>(start)];
+  }
+  return class_head_[c];
+}
+
+bool BlockAllocator::FollowsTableEnd(BlockId start) const {
+  return start > 0 && table_end_[static_cast<std::size_t>(start) - 1] != 0;
+}
+
+StatusOr<BlockId> BlockAllocator::Allocate(const BlockHint& hint) {
   if (fail_hook_ && fail_hook_()) {
     return ResourceExhaustedError("no free KV block: allocation failed by injection (" +
                                   std::to_string(num_free()) + " of " +
                                   std::to_string(num_blocks()) + " blocks free)");
   }
-  if (free_list_.empty()) {
+  if (num_free_ == 0) {
     return ResourceExhaustedError("no free KV block: all " + std::to_string(num_blocks()) +
                                   " blocks are in use");
   }
-  const BlockId block = free_list_.back();
-  free_list_.pop_back();
-  ATTNRT_DCHECK(ref_counts_[static_cast<std::size_t>(block)] == 0);
-  ref_counts_[static_cast<std::size_t>(block)] = 1;
-  return block;
+  const BlockId after = hint.after;
+  if (after >= 0 && after < num_blocks() && words_[static_cast<std::size_t>(after)] > 0) {
+    table_end_[static_cast<std::size_t>(after)] = 0;  // its table goes on past it
+    // The block after an allocated one is, when free, the first of its run.
+    const BlockId next = after + 1;
+    if (next < num_blocks() && words_[static_cast<std::size_t>(next)] < 0) {
+      return Take(next, next, -words_[static_cast<std::size_t>(next)]);
+    }
+  }
+  const BlockId start = LongestRun();
+  ATTNRT_DCHECK(start != kNoBlock && words_[static_cast<std::size_t>(start)] < 0);
+  const std::int32_t length = -words_[static_cast<std::size_t>(start)];
+  const std::int32_t want = std::max(hint.run_blocks, 1);
+  // After a table's end: centre the new blocks, so that both tables keep room to grow.
+  const BlockId block =
+      FollowsTableEnd(start) && length > want ? start + (length - want) / 2 : start;
+  return Take(block, start, length);
 }
 
 Status BlockAllocator::AddRef(BlockId block) {
@@ -45,8 +147,8 @@ Status BlockAllocator::AddRef(BlockId block) {
     return InvalidArgumentError("block = " + std::to_string(block) + " is out of range " +
                                 RangeText(num_blocks()));
   }
-  int& count = ref_counts_[static_cast<std::size_t>(block)];
-  if (count == 0) {
+  std::int32_t& count = words_[static_cast<std::size_t>(block)];
+  if (count <= 0) {
     return InvalidArgumentError("block = " + std::to_string(block) +
                                 " is free: AddRef needs an allocated block");
   }
@@ -59,31 +161,112 @@ Status BlockAllocator::Release(BlockId block) {
     return InvalidArgumentError("block = " + std::to_string(block) + " is out of range " +
                                 RangeText(num_blocks()));
   }
-  int& count = ref_counts_[static_cast<std::size_t>(block)];
-  if (count == 0) {
+  std::int32_t& count = words_[static_cast<std::size_t>(block)];
+  if (count <= 0) {
     return FailedPreconditionError("block = " + std::to_string(block) +
                                    " is already free (double free)");
   }
-  if (--count == 0) free_list_.push_back(block);
+  if (--count > 0) return Status::Ok();
+  table_end_[static_cast<std::size_t>(block)] = 0;
+  ++num_free_;
+  // Merge with the free runs on either side (their ends are next to this block).
+  const bool left_free = block > 0 && words_[static_cast<std::size_t>(block) - 1] < 0;
+  const bool right_free =
+      block + 1 < num_blocks() && words_[static_cast<std::size_t>(block) + 1] < 0;
+  if (left_free != right_free) {  // one neighbour run grows by this block
+    const BlockId run = left_free ? block + words_[static_cast<std::size_t>(block) - 1]
+                                  : block + 1;
+    const std::int32_t length = -words_[static_cast<std::size_t>(run)];
+    if (SizeClass(length + 1) == SizeClass(length)) {
+      MoveRun(run, left_free ? run : block, length, length + 1);
+      return Status::Ok();
+    }
+  }
+  BlockId start = block;
+  std::int32_t length = 1;
+  if (block > 0 && words_[static_cast<std::size_t>(block) - 1] < 0) {
+    const std::int32_t left = -words_[static_cast<std::size_t>(block) - 1];
+    start = block - left;
+    RemoveRun(start, left);
+    length += left;
+  }
+  if (block + 1 < num_blocks() && words_[static_cast<std::size_t>(block) + 1] < 0) {
+    const std::int32_t right = -words_[static_cast<std::size_t>(block) + 1];
+    RemoveRun(block + 1, right);
+    length += right;
+  }
+  InsertRun(start, length);
   return Status::Ok();
 }
 
 int BlockAllocator::ref_count(BlockId block) const {
   if (block < 0 || block >= num_blocks()) return 0;
-  return ref_counts_[static_cast<std::size_t>(block)];
+  const std::int32_t w = words_[static_cast<std::size_t>(block)];
+  return w > 0 ? w : 0;
 }
 
-std::int32_t BlockAllocator::num_free() const {
-  return static_cast<std::int32_t>(free_list_.size());
-}
+std::int32_t BlockAllocator::num_free() const { return num_free_; }
 
 std::int32_t BlockAllocator::num_blocks() const {
-  return static_cast<std::int32_t>(ref_counts_.size());
+  return static_cast<std::int32_t>(words_.size());
 }
 
 std::size_t BlockAllocator::MetadataBytes() const {
-  return sizeof(*this) + ref_counts_.capacity() * sizeof(int) +
-         free_list_.capacity() * sizeof(BlockId);
+  return sizeof(*this) + (words_.capacity() + next_.capacity() + prev_.capacity()) * sizeof(BlockId) +
+         table_end_.capacity() * sizeof(std::uint8_t);
+}
+
+Status BlockAllocator::CheckInvariantsForTesting() const {
+  auto broken = [](const std::string& what) {
+    return InternalError("BlockAllocator invariant: " + what);
+  };
+  // Every maximal run of free blocks: its tags, and its place on its class's list.
+  std::vector<int> class_of_start(words_.size(), -1);
+  std::int32_t free = 0, runs = 0;
+  const std::int32_t n = num_blocks();
+  for (BlockId b = 0; b < n;) {
+    if (words_[static_cast<std::size_t>(b)] > 0) {
+      ++b;
+      continue;
+    }
+    BlockId e = b;
+    while (e + 1 < n && words_[static_cast<std::size_t>(e) + 1] <= 0) ++e;
+    const std::int32_t length = e - b + 1;
+    if (words_[static_cast<std::size_t>(b)] != -length ||
+        words_[static_cast<std::size_t>(e)] != -length) {
+      return broken("free run [" + std::to_string(b) + ", " + std::to_string(e) +
+                    "] has end tags " + std::to_string(words_[static_cast<std::size_t>(b)]) +
+                    " and " + std::to_string(words_[static_cast<std::size_t>(e)]) +
+                    ", expected -" + std::to_string(length));
+    }
+    class_of_start[static_cast<std::size_t>(b)] = SizeClass(length);
+    free += length;
+    ++runs;
+    b = e + 1;
+  }
+  if (free != num_free_) {
+    return broken(std::to_string(free) + " free blocks, num_free " + std::to_string(num_free_));
+  }
+  std::int32_t listed = 0;
+  for (int c = 0; c < kSizeClasses; ++c) {
+    const bool bit = (nonempty_[c / 64] >> (c % 64)) & 1;
+    if (bit != (class_head_[c] != kNoBlock)) {
+      return broken("class " + std::to_string(c) + ": bitmap and list disagree");
+    }
+    BlockId prev = kNoBlock;
+    for (BlockId s = class_head_[c]; s != kNoBlock; s = next_[static_cast<std::size_t>(s)]) {
+      if (s < 0 || s >= n || class_of_start[static_cast<std::size_t>(s)] != c ||
+          prev_[static_cast<std::size_t>(s)] != prev || ++listed > runs) {
+        return broken("class " + std::to_string(c) + " lists block " + std::to_string(s) +
+                      ", which is not the start of a free run of that class (or is linked wrong)");
+      }
+      prev = s;
+    }
+  }
+  if (listed != runs) {
+    return broken(std::to_string(runs) + " free runs, " + std::to_string(listed) + " listed");
+  }
+  return Status::Ok();
 }
 
 }  // namespace attnrt::kvcache

@@ -12,11 +12,11 @@
 // Every mutating call either succeeds or returns a Status and leaves every table, count and block
 // exactly as before.
 //
-// Metadata overhead: per block 12 host bytes (a 4-byte block-table entry, a 4-byte reference
-// count, a 4-byte free-list entry), per sequence about 80 bytes of index plus 4 bytes per layer
-// length. For 32 layers, Hkv = 8, D = 128, block size 16 a block holds 2 MiB of K+V, so 64
-// sequences of 4096 tokens (16384 blocks, 32 GiB of K+V) carry 212 KB of metadata: 6.2e-6 of the
-// KV bytes; 1024 one-block sequences 1.1e-4. Bound: 1% (tests/kvcache/sequence_table_test.cc
+// Metadata overhead: per block 17 host bytes (a 4-byte block-table entry, a 4-byte reference
+// count, 9 bytes of free runs and placement), per sequence about 80 bytes of index plus 4 bytes
+// per layer length. For 32 layers, Hkv = 8, D = 128, block size 16 a block holds 2 MiB of K+V,
+// so 64 sequences of 4096 tokens (16384 blocks, 32 GiB of K+V) carry 295 KB of metadata: 8.6e-6 of
+// the KV bytes; 1024 one-block sequences 1.1e-4. Bound: 1% (tests/kvcache/sequence_table_test.cc
 // computes it from MetadataBytes(); bench/NOTES.md).
 #pragma once
 
@@ -37,32 +37,84 @@ namespace attnrt::kvcache {
 using attnrt::SequenceId;
 using BlockId = std::int32_t;
 
-// Fixed pool of block ids with O(1) allocate/free and reference counts.
+inline constexpr BlockId kNoBlock = -1;
+
+// Where Allocate should put a new block. The decode kernel reads a table's consecutive ascending
+// blocks faster than scattered ones (BlockLayout), so a table grows best into the block right
+// after its last one, and a new table best starts where it has room to grow.
+struct BlockHint {
+  // The block the new one follows in the caller's table, held by the caller: after + 1 is
+  // handed out when it is free. kNoBlock (or a block that is not allocated): a new run.
+  BlockId after = kNoBlock;
+  // Blocks the caller is about to take in a row, this one included (a prefill's): a new run is
+  // placed where that many fit, if any free run is that long.
+  std::int32_t run_blocks = 1;
+};
+
+// Fixed pool of block ids with O(1) allocate/free and reference counts, placing blocks so that
+// each sequence's table tends to be consecutive ascending (BlockHint). Whenever a block is free,
+// Allocate hands one out: placement never makes an allocation fail.
+// Placement: hint.after + 1 when that block is free; else a block of the longest free run
+// (within 25%): its first block, unless the run follows the end of a table (the last block
+// Allocate handed out for some table, as far as the hints tell), whose growth it is; then the
+// run_blocks are centred in it, so that both tables keep room to grow. Deterministic: the same
+// calls give the same ids.
 // Thread safety: none; the owner serialises calls.
 class BlockAllocator {
  public:
   explicit BlockAllocator(std::int32_t num_blocks);
 
-  // A free block with reference count 1, or ResourceExhausted.
-  StatusOr<BlockId> Allocate();
+  // A free block with reference count 1, or ResourceExhausted (only when no block is free, or
+  // by the failure hook; then nothing changed).
+  StatusOr<BlockId> Allocate(const BlockHint& hint = {});
   // +1 reference on an allocated block; InvalidArgument if out of range or free.
   Status AddRef(BlockId block);
-  // -1 reference; the block returns to the free list at 0. FailedPrecondition on a free block.
+  // -1 reference; the block returns to the free runs at 0. FailedPrecondition on a free block.
   Status Release(BlockId block);
 
   int ref_count(BlockId block) const;  // 0 for a free block (and for an id out of range)
   std::int32_t num_free() const;
   std::int32_t num_blocks() const;
-  // Host bytes of the reference counts and the free list.
+  // Host bytes of the reference counts and the free runs (13 per block).
   std::size_t MetadataBytes() const;
 
   // Test-only: while set, Allocate asks `fail` first and answers ResourceExhausted when it
   // returns true, as a full pool would (runtime/fault_injection.h). Empty clears it.
   void SetFailureHookForTesting(std::function<bool()> fail) { fail_hook_ = std::move(fail); }
+  // Test-only, O(num_blocks): Internal naming the first broken invariant of the free runs
+  // (maximal, tagged with their length, each on its size class's list once, counted in
+  // num_free), else Ok.
+  Status CheckInvariantsForTesting() const;
 
  private:
-  std::vector<int> ref_counts_;
-  std::vector<BlockId> free_list_;  // stack
+  // Free blocks form maximal runs [start, start + length). A run's first and last block hold
+  // -length in words_, and the run is on the doubly linked list (next_/prev_, at its first
+  // block) of its size class: lengths 1, 2, 3, then each power of two split in four quarters,
+  // so that a bitmap of non-empty classes finds the longest in O(1) (as in TLSF).
+  static constexpr int kSizeClasses = 128;
+  // Runs of the longest class looked at for one that follows no table's end.
+  static constexpr int kEndProbe = 4;
+  static int SizeClass(std::int32_t length);
+  void InsertRun(BlockId start, std::int32_t length);
+  void RemoveRun(BlockId start, std::int32_t length);
+  // The run at `from` becomes the run at `to` of `new_length` blocks, of the same size class,
+  // in its list place.
+  void MoveRun(BlockId from, BlockId to, std::int32_t old_length, std::int32_t new_length);
+  // Hands out `block` of the free run [start, start + length), splitting the rest around it.
+  BlockId Take(BlockId block, BlockId start, std::int32_t length);
+  // The start of a run of the longest non-empty class (num_free_ > 0).
+  BlockId LongestRun() const;
+  bool FollowsTableEnd(BlockId start) const;
+
+  // Per block: its reference count when > 0; <= 0 when free (-length at either end of a run,
+  // any value <= 0 inside one).
+  std::vector<std::int32_t> words_;
+  std::vector<BlockId> next_, prev_;  // size-class lists, meaningful at a run's first block
+  // Per block: 1 while it ends a table (handed out, and no later hint named it as `after`).
+  std::vector<std::uint8_t> table_end_;
+  BlockId class_head_[kSizeClasses];
+  std::uint64_t nonempty_[kSizeClasses / 64] = {};  // bit c: class c's list is not empty
+  std::int32_t num_free_ = 0;
   std::function<bool()> fail_hook_;
 };
 

@@ -200,12 +200,21 @@ StatusOr<int> SequenceTable::AppendImpl(SequenceId id, int layer, int n,
           std::to_string(allocator_->num_blocks()) + " are free");
     }
     // Allocate everything before touching the table; give it all back if anything fails.
+    // In table order (the copies of shared blocks in [first, covered_end), then the new ones),
+    // each hinted to follow the entry before it, so the table stays consecutive where it can.
     std::vector<BlockId>& scratch = impl_->scratch;
     scratch.clear();
-    for (std::int64_t i = 0; i < needed; ++i) {
-      StatusOr<BlockId> b = allocator_->Allocate();
+    BlockId prev = first > 0 ? blocks[first - 1] : kNoBlock;
+    for (std::size_t j = first; j < end; ++j) {
+      if (j < covered_end && allocator_->ref_count(blocks[j]) <= 1) {
+        prev = blocks[j];  // written in place
+        continue;
+      }
+      const BlockHint hint{prev, static_cast<std::int32_t>(end - j)};
+      StatusOr<BlockId> b = allocator_->Allocate(hint);
       if (!b.ok()) {
-        // Released in reverse so the free list ends exactly as it was.
+        // Released in reverse: the free runs end as they were (the allocator's guess of which
+        // blocks end a table may not).
         for (auto r = scratch.rbegin(); r != scratch.rend(); ++r) {
           Status s = allocator_->Release(*r);
           ATTNRT_DCHECK(s.ok());
@@ -215,7 +224,9 @@ StatusOr<int> SequenceTable::AppendImpl(SequenceId id, int layer, int n,
         return b.status();
       }
       scratch.push_back(*b);
+      prev = *b;
     }
+    ATTNRT_DCHECK(static_cast<std::int64_t>(scratch.size()) == needed);
     if (end > blocks.capacity()) {
       // Grow geometrically but never past what max_context can need.
       const std::size_t cap_limit = static_cast<std::size_t>(shape_.max_blocks_per_sequence());

@@ -107,6 +107,8 @@ class SequenceTablePropertyTest : public ::testing::TestWithParam<PropertyCase> 
       ASSERT_EQ(allocator.ref_count(b), holders[b]) << "ref count of block " << b;
     }
     ASSERT_EQ(allocator.num_free(), ModelFree()) << "free count (a leak or a double release)";
+    const Status runs = allocator.CheckInvariantsForTesting();  // the free runs behind it
+    ASSERT_TRUE(runs.ok()) << runs.ToString();
   }
 
   // Every sequence reads back (through its table) the tags it wrote or inherited.
