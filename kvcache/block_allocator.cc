@@ -22,8 +22,7 @@ BlockAllocator::BlockAllocator(std::int32_t num_blocks) {
   if (num_blocks < 0) num_blocks = 0;
   const std::size_t n = static_cast<std::size_t>(num_blocks);
   words_.assign(n, 0);
-  next_.assign(n, kNoBlock);
-  prev_.assign(n, kNoBlock);
+  links_.assign(n, RunLinks{});
   table_end_.assign(n, 0);
   for (BlockId& head : class_head_) head = kNoBlock;
   if (num_blocks > 0) InsertRun(0, num_blocks);
@@ -39,52 +38,61 @@ int BlockAllocator::SizeClass(std::int32_t length) {
 }
 
 void BlockAllocator::InsertRun(BlockId start, std::int32_t length) {
+  const BlockId last = start + length - 1;
   words_[static_cast<std::size_t>(start)] = -length;
-  words_[static_cast<std::size_t>(start + length - 1)] = -length;
+  words_[static_cast<std::size_t>(last)] = -length;
   const int c = SizeClass(length);
   const BlockId head = class_head_[c];
-  next_[static_cast<std::size_t>(start)] = head;
-  prev_[static_cast<std::size_t>(start)] = kNoBlock;
-  if (head != kNoBlock) prev_[static_cast<std::size_t>(head)] = start;
-  class_head_[c] = start;
+  links_[static_cast<std::size_t>(last)].next = head;
+  links_[static_cast<std::size_t>(last)].prev = kNoBlock;
+  if (head != kNoBlock) links_[static_cast<std::size_t>(head)].prev = last;
+  class_head_[c] = last;
   nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
 }
 
 void BlockAllocator::RemoveRun(BlockId start, std::int32_t length) {
   const int c = SizeClass(length);
-  const BlockId next = next_[static_cast<std::size_t>(start)];
-  const BlockId prev = prev_[static_cast<std::size_t>(start)];
+  const BlockId next = links_[static_cast<std::size_t>(start + length - 1)].next;
+  const BlockId prev = links_[static_cast<std::size_t>(start + length - 1)].prev;
   if (prev != kNoBlock) {
-    next_[static_cast<std::size_t>(prev)] = next;
+    links_[static_cast<std::size_t>(prev)].next = next;
   } else {
     class_head_[c] = next;
     if (next == kNoBlock) nonempty_[c / 64] &= ~(std::uint64_t{1} << (c % 64));
   }
-  if (next != kNoBlock) prev_[static_cast<std::size_t>(next)] = prev;
+  if (next != kNoBlock) links_[static_cast<std::size_t>(next)].prev = prev;
 }
 
-void BlockAllocator::MoveRun(BlockId from, BlockId to, std::int32_t old_length,
-                             std::int32_t new_length) {
-  const int c = SizeClass(old_length);
-  ATTNRT_DCHECK(SizeClass(new_length) == c);
-  const BlockId next = next_[static_cast<std::size_t>(from)];
-  const BlockId prev = prev_[static_cast<std::size_t>(from)];
-  next_[static_cast<std::size_t>(to)] = next;
-  prev_[static_cast<std::size_t>(to)] = prev;
-  if (prev != kNoBlock) {
-    next_[static_cast<std::size_t>(prev)] = to;
-  } else {
-    class_head_[c] = to;
+void BlockAllocator::ReplaceRun(BlockId start, std::int32_t length, BlockId new_start,
+                                std::int32_t new_length) {
+  const int c = SizeClass(length);
+  if (SizeClass(new_length) != c) {
+    RemoveRun(start, length);
+    InsertRun(new_start, new_length);
+    return;
   }
-  if (next != kNoBlock) prev_[static_cast<std::size_t>(next)] = to;
-  words_[static_cast<std::size_t>(to)] = -new_length;
-  words_[static_cast<std::size_t>(to + new_length - 1)] = -new_length;
+  const BlockId last = start + length - 1;
+  const BlockId new_last = new_start + new_length - 1;
+  if (new_last != last) {  // the list entry moves with the run's last block
+    const BlockId next = links_[static_cast<std::size_t>(last)].next;
+    const BlockId prev = links_[static_cast<std::size_t>(last)].prev;
+    links_[static_cast<std::size_t>(new_last)].next = next;
+    links_[static_cast<std::size_t>(new_last)].prev = prev;
+    if (prev != kNoBlock) {
+      links_[static_cast<std::size_t>(prev)].next = new_last;
+    } else {
+      class_head_[c] = new_last;
+    }
+    if (next != kNoBlock) links_[static_cast<std::size_t>(next)].prev = new_last;
+  }
+  words_[static_cast<std::size_t>(new_start)] = -new_length;
+  words_[static_cast<std::size_t>(new_last)] = -new_length;
 }
 
 BlockId BlockAllocator::Take(BlockId block, BlockId start, std::int32_t length) {
-  if (block == start && length > 1 && SizeClass(length - 1) == SizeClass(length)) {
-    // The common case (a table growing into the run after it): the run keeps its list place.
-    MoveRun(start, start + 1, length, length - 1);
+  if (block == start && length > 1) {
+    // The common case, a table growing into the run after it: the run keeps its last block.
+    ReplaceRun(start, length, start + 1, length - 1);
   } else {
     RemoveRun(start, length);
     if (block > start) InsertRun(start, block - start);
@@ -101,12 +109,15 @@ BlockId BlockAllocator::LongestRun() const {
   const int c = nonempty_[1] != 0 ? 127 - std::countl_zero(nonempty_[1])
                                   : 63 - std::countl_zero(nonempty_[0]);
   // A run that follows no table's end can be begun at its start: prefer one (a bounded look).
-  BlockId start = class_head_[c];
-  for (int i = 0; i < kEndProbe && start != kNoBlock; ++i) {
-    if (!FollowsTableEnd(start)) return start;
-    start = next_[static_cast<std::size_t>(start)];
+  auto start_of = [this](BlockId last) {
+    return last + words_[static_cast<std::size_t>(last)] + 1;  // last - length + 1
+  };
+  BlockId last = class_head_[c];
+  for (int i = 0; i < kEndProbe && last != kNoBlock; ++i) {
+    if (!FollowsTableEnd(start_of(last))) return start_of(last);
+    last = links_[static_cast<std::size_t>(last)].next;
   }
-  return class_head_[c];
+  return start_of(class_head_[c]);
 }
 
 bool BlockAllocator::FollowsTableEnd(BlockId start) const {
@@ -169,33 +180,25 @@ Status BlockAllocator::Release(BlockId block) {
   if (--count > 0) return Status::Ok();
   table_end_[static_cast<std::size_t>(block)] = 0;
   ++num_free_;
-  // Merge with the free runs on either side (their ends are next to this block).
+  // Merge with the free runs on either side (their ends are next to this block). A table
+  // released from its last block to its first grows the run after each block at its start,
+  // which leaves that run's list entry (at its last block) where it is.
   const bool left_free = block > 0 && words_[static_cast<std::size_t>(block) - 1] < 0;
   const bool right_free =
       block + 1 < num_blocks() && words_[static_cast<std::size_t>(block) + 1] < 0;
-  if (left_free != right_free) {  // one neighbour run grows by this block
-    const BlockId run = left_free ? block + words_[static_cast<std::size_t>(block) - 1]
-                                  : block + 1;
-    const std::int32_t length = -words_[static_cast<std::size_t>(run)];
-    if (SizeClass(length + 1) == SizeClass(length)) {
-      MoveRun(run, left_free ? run : block, length, length + 1);
-      return Status::Ok();
-    }
-  }
-  BlockId start = block;
-  std::int32_t length = 1;
-  if (block > 0 && words_[static_cast<std::size_t>(block) - 1] < 0) {
-    const std::int32_t left = -words_[static_cast<std::size_t>(block) - 1];
-    start = block - left;
-    RemoveRun(start, left);
-    length += left;
-  }
-  if (block + 1 < num_blocks() && words_[static_cast<std::size_t>(block) + 1] < 0) {
-    const std::int32_t right = -words_[static_cast<std::size_t>(block) + 1];
+  const std::int32_t left = left_free ? -words_[static_cast<std::size_t>(block) - 1] : 0;
+  const std::int32_t right = right_free ? -words_[static_cast<std::size_t>(block) + 1] : 0;
+  if (left_free && right_free) {
+    RemoveRun(block - left, left);
     RemoveRun(block + 1, right);
-    length += right;
+    InsertRun(block - left, left + 1 + right);
+  } else if (left_free) {
+    ReplaceRun(block - left, left, block - left, left + 1);
+  } else if (right_free) {
+    ReplaceRun(block + 1, right, block, right + 1);
+  } else {
+    InsertRun(block, 1);
   }
-  InsertRun(start, length);
   return Status::Ok();
 }
 
@@ -212,8 +215,8 @@ std::int32_t BlockAllocator::num_blocks() const {
 }
 
 std::size_t BlockAllocator::MetadataBytes() const {
-  return sizeof(*this) + (words_.capacity() + next_.capacity() + prev_.capacity()) * sizeof(BlockId) +
-         table_end_.capacity() * sizeof(std::uint8_t);
+  return sizeof(*this) + words_.capacity() * sizeof(std::int32_t) +
+         links_.capacity() * sizeof(RunLinks) + table_end_.capacity() * sizeof(std::uint8_t);
 }
 
 Status BlockAllocator::CheckInvariantsForTesting() const {
@@ -221,7 +224,7 @@ Status BlockAllocator::CheckInvariantsForTesting() const {
     return InternalError("BlockAllocator invariant: " + what);
   };
   // Every maximal run of free blocks: its tags, and its place on its class's list.
-  std::vector<int> class_of_start(words_.size(), -1);
+  std::vector<int> class_of_last(words_.size(), -1);
   std::int32_t free = 0, runs = 0;
   const std::int32_t n = num_blocks();
   for (BlockId b = 0; b < n;) {
@@ -239,7 +242,7 @@ Status BlockAllocator::CheckInvariantsForTesting() const {
                     " and " + std::to_string(words_[static_cast<std::size_t>(e)]) +
                     ", expected -" + std::to_string(length));
     }
-    class_of_start[static_cast<std::size_t>(b)] = SizeClass(length);
+    class_of_last[static_cast<std::size_t>(e)] = SizeClass(length);
     free += length;
     ++runs;
     b = e + 1;
@@ -254,11 +257,12 @@ Status BlockAllocator::CheckInvariantsForTesting() const {
       return broken("class " + std::to_string(c) + ": bitmap and list disagree");
     }
     BlockId prev = kNoBlock;
-    for (BlockId s = class_head_[c]; s != kNoBlock; s = next_[static_cast<std::size_t>(s)]) {
-      if (s < 0 || s >= n || class_of_start[static_cast<std::size_t>(s)] != c ||
-          prev_[static_cast<std::size_t>(s)] != prev || ++listed > runs) {
+    for (BlockId s = class_head_[c]; s != kNoBlock; s = links_[static_cast<std::size_t>(s)].next) {
+      if (s < 0 || s >= n || class_of_last[static_cast<std::size_t>(s)] != c ||
+          links_[static_cast<std::size_t>(s)].prev != prev || ++listed > runs) {
         return broken("class " + std::to_string(c) + " lists block " + std::to_string(s) +
-                      ", which is not the start of a free run of that class (or is linked wrong)");
+                      ", which is not the last block of a free run of that class (or is linked "
+                      "wrong)");
       }
       prev = s;
     }

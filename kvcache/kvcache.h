@@ -70,6 +70,7 @@ class BlockAllocator {
   // +1 reference on an allocated block; InvalidArgument if out of range or free.
   Status AddRef(BlockId block);
   // -1 reference; the block returns to the free runs at 0. FailedPrecondition on a free block.
+  // A table released from its last block to its first takes the cheapest merges.
   Status Release(BlockId block);
 
   int ref_count(BlockId block) const;  // 0 for a free block (and for an id out of range)
@@ -88,8 +89,8 @@ class BlockAllocator {
 
  private:
   // Free blocks form maximal runs [start, start + length). A run's first and last block hold
-  // -length in words_, and the run is on the doubly linked list (next_/prev_, at its first
-  // block) of its size class: lengths 1, 2, 3, then each power of two split in four quarters,
+  // -length in words_, and the run is on the doubly linked list (links_, at its last block)
+  // of its size class: lengths 1, 2, 3, then each power of two split in four quarters,
   // so that a bitmap of non-empty classes finds the longest in O(1) (as in TLSF).
   static constexpr int kSizeClasses = 128;
   // Runs of the longest class looked at for one that follows no table's end.
@@ -97,9 +98,9 @@ class BlockAllocator {
   static int SizeClass(std::int32_t length);
   void InsertRun(BlockId start, std::int32_t length);
   void RemoveRun(BlockId start, std::int32_t length);
-  // The run at `from` becomes the run at `to` of `new_length` blocks, of the same size class,
-  // in its list place.
-  void MoveRun(BlockId from, BlockId to, std::int32_t old_length, std::int32_t new_length);
+  // The run [start, start + length) becomes [new_start, new_start + new_length): in its list
+  // place when the size class stays (and with no list change when its last block stays).
+  void ReplaceRun(BlockId start, std::int32_t length, BlockId new_start, std::int32_t new_length);
   // Hands out `block` of the free run [start, start + length), splitting the rest around it.
   BlockId Take(BlockId block, BlockId start, std::int32_t length);
   // The start of a run of the longest non-empty class (num_free_ > 0).
@@ -109,7 +110,11 @@ class BlockAllocator {
   // Per block: its reference count when > 0; <= 0 when free (-length at either end of a run,
   // any value <= 0 inside one).
   std::vector<std::int32_t> words_;
-  std::vector<BlockId> next_, prev_;  // size-class lists, meaningful at a run's first block
+  struct RunLinks {
+    BlockId next = kNoBlock;
+    BlockId prev = kNoBlock;
+  };
+  std::vector<RunLinks> links_;  // size-class lists, meaningful at a run's last block
   // Per block: 1 while it ends a table (handed out, and no later hint named it as `after`).
   std::vector<std::uint8_t> table_end_;
   BlockId class_head_[kSizeClasses];

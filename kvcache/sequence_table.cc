@@ -73,8 +73,8 @@ SequenceTable::SequenceTable(const ModelShape& shape, BlockAllocator* allocator)
 
 SequenceTable::~SequenceTable() {
   for (auto& [id, seq] : impl_->sequences) {
-    for (BlockId b : seq.blocks) {
-      Status s = allocator_->Release(b);
+    for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b) {  // as Free
+      Status s = allocator_->Release(*b);
       ATTNRT_DCHECK(s.ok());
       WarnIfFailed(s, "Release", id);
     }
@@ -115,8 +115,9 @@ Status SequenceTable::Free(SequenceId id) {
   auto it = impl_->sequences.find(id);
   if (it == impl_->sequences.end()) return NotFoundError(SeqText(id) + " not found");
   Sequence& seq = it->second;
-  for (BlockId b : seq.blocks) {
-    Status s = allocator_->Release(b);  // cannot fail: this table holds a reference
+  // Last block first: each joins the free run after it (the allocator's cheapest merge).
+  for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b) {
+    Status s = allocator_->Release(*b);  // cannot fail: this table holds a reference
     ATTNRT_DCHECK(s.ok());
     WarnIfFailed(s, "Release", id);
   }
