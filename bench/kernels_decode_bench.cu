@@ -11,7 +11,9 @@
 // BM_Decode/<shape>/default: the production default dispatch (DefaultDecodeVariant), whatever
 // entry that is, beside every entry by name. The shape names are bench/sdpa_compare.py's. Use
 // --benchmark_repetitions and the median aggregate (the registrations below ask for 5
-// repetitions).
+// repetitions). --blocks picks the block tables' layout (tools::BlockOrder): shuffled (the
+// default), in-order, or allocator (as the KV cache's allocator places them in serving); the
+// counter `consecutive` is the fraction of adjacent table entries that are consecutive.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -31,6 +33,7 @@
 #include "bench/gpu_bench_util.h"
 #include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
+#include "kvcache/kvcache.h"
 #include "tests/support/device_paged_batch.h"
 #include "tests/support/random_fp16.h"
 
@@ -41,6 +44,20 @@ using testing::DeviceArray;
 
 constexpr std::size_t kRotationBytes = 256ull << 20;  // > 5x the H100's 50 MB L2
 constexpr int kMinSteps = 20;
+
+// --blocks, set once by main before any benchmark runs.
+tools::BlockOrder& BlockOrderFlag() {
+  static tools::BlockOrder order = tools::BlockOrder::kShuffled;
+  return order;
+}
+const char* BlockOrderName(tools::BlockOrder order) {
+  switch (order) {
+    case tools::BlockOrder::kShuffled: return "shuffled";
+    case tools::BlockOrder::kInOrder: return "in-order";
+    case tools::BlockOrder::kAllocator: return "allocator";
+  }
+  return "?";
+}
 
 void FillRandom(Half* p, std::size_t n, std::uint32_t seed) {
   if (n == 0) return;
@@ -164,7 +181,44 @@ struct InputSet {
   DeviceArray<float> kv_scales;  // FP8 shapes: 1.0 each
   int num_blocks = 0, max_blocks = 0;
   std::vector<std::int32_t> host_tables, host_lengths;  // for the reference check
+  double consecutive = 0.0;  // adjacent table entries b[i+1] == b[i] + 1, of all adjacent pairs
 };
+
+// Input set `set`'s block tables ([batch][max_blocks], -1 past a row's blocks) under --blocks,
+// and the pool's block count. Shuffled: a pool of exactly the rows' blocks, its ids in a
+// Fisher-Yates order drawn from `rng` (as before the flag existed); in order: row 0's first;
+// allocator: tools::AllocatorBlockTables (a larger pool, seeded by the set).
+int BlockTables(const BenchShape& s, const ModelShape& m, const std::vector<int>& blocks_of_row,
+                int set, testing::NormalRng& rng, std::vector<std::int32_t>* tables) {
+  const int max_blocks = m.max_blocks_per_sequence();
+  tables->assign(static_cast<std::size_t>(s.batch) * max_blocks, -1);
+  const tools::BlockOrder order = BlockOrderFlag();
+  if (order == tools::BlockOrder::kAllocator) {
+    std::vector<int> lengths(s.batch);
+    for (int row = 0; row < s.batch; ++row) lengths[row] = RowContext(s, row);
+    StatusOr<tools::AllocatorTables> placed =
+        tools::AllocatorBlockTables(s.block_size, m.max_context, lengths, 1 + set);
+    bench::CheckOk(placed, "AllocatorBlockTables");
+    for (int row = 0; row < s.batch; ++row) {
+      std::copy(placed->tables[row].begin(), placed->tables[row].end(),
+                tables->begin() + static_cast<std::ptrdiff_t>(row) * max_blocks);
+    }
+    return placed->pool_blocks;
+  }
+  const int num_blocks = std::accumulate(blocks_of_row.begin(), blocks_of_row.end(), 0);
+  std::vector<std::int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  if (order == tools::BlockOrder::kShuffled) {
+    for (int i = num_blocks - 1; i > 0; --i) std::swap(ids[i], ids[rng.NextInt(0, i)]);
+  }
+  int next = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int j = 0; j < blocks_of_row[b]; ++j) {
+      (*tables)[static_cast<std::size_t>(b) * max_blocks + j] = ids[next++];
+    }
+  }
+  return num_blocks;
+}
 
 struct Fixture {
   const BenchShape* shape = nullptr;
@@ -183,14 +237,14 @@ Fixture& FixtureFor(const BenchShape& s) {
   for (int row = 0; row < s.batch; ++row) {
     blocks_of_row[row] = (RowContext(s, row) + s.block_size - 1) / s.block_size;
   }
-  const int blocks_total = std::accumulate(blocks_of_row.begin(), blocks_of_row.end(), 0);
   std::vector<std::int32_t> lengths(s.batch);
   for (int row = 0; row < s.batch; ++row) lengths[row] = RowContext(s, row);
   testing::NormalRng rng(42);
   for (int k = 0; k < n_sets; ++k) {
     auto in = std::make_unique<InputSet>();
     in->max_blocks = m.max_blocks_per_sequence();
-    in->num_blocks = blocks_total;
+    std::vector<std::int32_t> tables;
+    in->num_blocks = BlockTables(s, m, blocks_of_row, k, rng, &tables);
     const std::size_t pool = static_cast<std::size_t>(in->num_blocks) * m.kv_token_elems() * s.block_size;
     if (s.fp8) {  // `pool` one-byte codes, in arrays typed as halves (rounded up)
       bench::CheckOk(in->k_pool.Allocate((pool + 1) / 2), "in->k_pool.Allocate");
@@ -216,17 +270,12 @@ Fixture& FixtureFor(const BenchShape& s) {
     FillRandom(in->q.get(), qn, 77 + k);
     FillRandom(in->k_new.get(), kvn, 88 + k);
     FillRandom(in->v_new.get(), kvn, 99 + k);
-    // Shuffled block ids: pages of one sequence are scattered over the pool, as in serving.
-    std::vector<std::int32_t> ids(in->num_blocks);
-    std::iota(ids.begin(), ids.end(), 0);
-    for (int i = in->num_blocks - 1; i > 0; --i) std::swap(ids[i], ids[rng.NextInt(0, i)]);
-    std::vector<std::int32_t> tables(static_cast<std::size_t>(s.batch) * in->max_blocks, -1);
-    int next = 0;
+    kvcache::BlockLayout layout;
     for (int b = 0; b < s.batch; ++b) {
-      for (int j = 0; j < blocks_of_row[b]; ++j) {
-        tables[static_cast<std::size_t>(b) * in->max_blocks + j] = ids[next++];
-      }
+      layout.Add(std::span<const std::int32_t>(
+          tables.data() + static_cast<std::size_t>(b) * in->max_blocks, blocks_of_row[b]));
     }
+    in->consecutive = layout.consecutive_fraction();
     bench::CheckOk(in->tables.Upload(tables), "in->tables.Upload");
     in->host_tables = tables;
     in->host_lengths = lengths;
@@ -430,7 +479,11 @@ void BM_Decode(benchmark::State& state, const BenchShape* s, const DecodeVariant
   state.counters["d2d_copy_TBps"] = ceil.copy_tbps;
   state.counters["bytes"] = bytes;
   state.counters["rotation_sets"] = n_sets;
+  state.counters["consecutive"] = f.sets[0]->consecutive;
+  state.counters["pool_blocks"] = f.sets[0]->num_blocks;
+  const bool shuffled = BlockOrderFlag() == tools::BlockOrder::kShuffled;  // the label as before
   state.SetLabel(std::string(v->name) + (s->fp8 ? " fp8" : "") +
+                 (shuffled ? "" : " " + std::string(BlockOrderName(BlockOrderFlag())) + " blocks") +
                  (s->with_append ? " append+decode" : " decode") +
                  (s->first_context > 0 ? " (ragged: row 0 at " + std::to_string(s->first_context) +
                                              ", the rest at " + std::to_string(s->context) + ")"
@@ -472,4 +525,45 @@ const int kRegistered = RegisterAll();
 }  // namespace
 }  // namespace attnrt::kernels
 
-BENCHMARK_MAIN();
+// Google Benchmark's main, after taking out --blocks (this benchmark's own flag).
+int main(int argc, char** argv) {
+  using attnrt::tools::BlockOrder;
+  constexpr const char* kBlocksHelp =
+      "  --blocks=shuffled|in-order|allocator\n"
+      "      block tables: ids shuffled over the pool (default), each row's in order, or as the\n"
+      "      KV cache's block allocator places them after a churn warm-up\n";
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") std::printf("kernels_decode_bench flags:\n%s\n", kBlocksHelp);
+    std::string_view value;
+    if (arg.starts_with("--blocks=")) {
+      value = arg.substr(9);
+    } else if (arg == "--blocks" && i + 1 < argc) {
+      value = argv[++i];
+    } else if (arg == "--blocks") {
+      value = "";
+    } else {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    if (value == "shuffled") {
+      attnrt::kernels::BlockOrderFlag() = BlockOrder::kShuffled;
+    } else if (value == "in-order") {
+      attnrt::kernels::BlockOrderFlag() = BlockOrder::kInOrder;
+    } else if (value == "allocator") {
+      attnrt::kernels::BlockOrderFlag() = BlockOrder::kAllocator;
+    } else {
+      std::fprintf(stderr, "kernels_decode_bench: --blocks = '%.*s', expected one of:\n%s",
+                   static_cast<int>(value.size()), value.data(), kBlocksHelp);
+      return 2;
+    }
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  rest.push_back(nullptr);
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -194,9 +194,9 @@ int Run(int argc, char** argv) {
                "sweep only these shapes: D:Hq:Hkv:B,B,...;... (e.g. 128:32:8:32,33); a probe, "
                "not for --table-out");
   flags.String("--contexts", &contexts_text, "sweep only these contexts: T,T,... (e.g. 4096)");
-  flags.Choice("--blocks", &blocks, {"shuffled", "in-order"},
-               "the batches' block ids: scattered over the pool (serving) or each row's in order "
-               "(what paging costs the kernel)");
+  flags.Choice("--blocks", &blocks, {"shuffled", "in-order", "allocator"},
+               "the batches' block ids: scattered over the pool, each row's in order (what "
+               "paging costs the kernel), or as the KV cache's allocator places them in serving");
   if (const int rc = flags.Parse(argc, argv); rc != tools::FlagSet::kContinue) return rc;
   std::vector<Family> families = Families(quick);
   std::vector<int> contexts = Contexts(quick);
@@ -219,7 +219,7 @@ int Run(int argc, char** argv) {
   if (!table_out.empty() &&
       (!families_text.empty() || !contexts_text.empty() || blocks != "shuffled")) {
     std::fprintf(stderr, "kernels_launch_sweep_bench: --table-out needs the sweep's own shapes "
-                 "and shuffled blocks (no --families, --contexts or --blocks in-order)\n");
+                 "and shuffled blocks (no --families, --contexts or other --blocks)\n");
     return 2;
   }
   const KvCacheType kv_cache_type =
@@ -249,8 +249,9 @@ int Run(int argc, char** argv) {
     std::printf(" %zu B %.3f TB/s (%.3f);", chunk, *bw / 1e12, *bw / 1e12 / read_tbps);
   }
   std::printf("\n");
-  const tools::BlockOrder order =
-      blocks == "in-order" ? tools::BlockOrder::kInOrder : tools::BlockOrder::kShuffled;
+  const tools::BlockOrder order = blocks == "in-order"    ? tools::BlockOrder::kInOrder
+                                  : blocks == "allocator" ? tools::BlockOrder::kAllocator
+                                                          : tools::BlockOrder::kShuffled;
 
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

@@ -1,5 +1,5 @@
-// Device-resident paged decode batches with random data (shuffled blocks; FP16 pools, or FP8
-// E4M3 codes at scale 1.0) and the median time of a decode plan's runs cycling over several of
+// Device-resident paged decode batches with random data (shuffled blocks, in order, or as the KV
+// cache's allocator lays them out; FP16 pools, or FP8 E4M3 codes at scale 1.0) and the median time of a decode plan's runs cycling over several of
 // them (CUDA-graph replay): what the GPU benchmarks (bench/gpu_bench_util.h) and attnrt-check's
 // speed column (tools/decode_speed.cu) share. Header-only, CUDA translation units only. Errors
 // come back as Status; the benchmarks' wrappers exit on them.
@@ -24,6 +24,7 @@
 #include "kernels/decode.h"
 #include "kernels/read_ceiling.h"
 #include "kernels/views.h"
+#include "tools/kv_churn.h"
 #include "tools/percentile.h"
 
 namespace attnrt::tools {
@@ -101,11 +102,14 @@ inline Status CreateEvent(EventHandle* out) {
   return Status::Ok();
 }
 
-// ---- device-resident paged decode batch (random data, shuffled blocks) ----------------------
+// ---- device-resident paged decode batch (random data) --------------------------------------
 // How a batch's block ids are laid out over the pool: scattered (a fixed LCG shuffle: pages of
-// one sequence are not contiguous, as in serving; the default) or in order (row 0's blocks first,
-// each row's consecutive: what the paging itself costs, measured against the shuffle).
-enum class BlockOrder { kShuffled, kInOrder };
+// one sequence are not contiguous; the default), in order (row 0's blocks first, each row's
+// consecutive: what the paging itself costs, measured against the shuffle), or as the KV cache's
+// block allocator places them in serving (tools::AllocatorBlockTables: kvcache::SequenceTable
+// over kvcache::BlockAllocator after a churn warm-up; the pool then has twice the rows' blocks
+// and more, as a serving pool is not one batch's).
+enum class BlockOrder { kShuffled, kInOrder, kAllocator };
 
 // One layer; row i attends lengths[i] tokens whose blocks are placed per BlockOrder. K/V are N(0,1) (FP16,
 // or their E4M3 codes with every scale 1.0), q is N(0,1); out and lse are left unwritten;
@@ -183,20 +187,30 @@ struct DeviceDecodeBatch {
     capacity = static_cast<int>(lengths.size());
     const int bs = s.block_size;
     const int max_blocks = s.max_blocks_per_sequence();
-    for (int len : lengths) num_blocks += (len + bs - 1) / bs;
-    num_blocks = std::max(num_blocks, 1);
-    // Block ids shuffled (the order only has to be non-contiguous), or in order.
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
-    if (order == BlockOrder::kShuffled) {
-      ids = kernels::ShuffledIds(num_blocks, seed);
-    } else {
-      std::iota(ids.begin(), ids.end(), 0);
-    }
     std::vector<std::int32_t> tables(static_cast<std::size_t>(capacity) * max_blocks, 0);
-    int next = 0;
-    for (int i = 0; i < capacity; ++i) {
-      for (int j = 0; j < (lengths[i] + bs - 1) / bs; ++j) {
-        tables[static_cast<std::size_t>(i) * max_blocks + j] = ids[next++];
+    if (order == BlockOrder::kAllocator) {
+      ATTNRT_ASSIGN_OR_RETURN(AllocatorTables placed,
+                              AllocatorBlockTables(bs, s.max_context, lengths, seed));
+      num_blocks = std::max(placed.pool_blocks, 1);
+      for (int i = 0; i < capacity; ++i) {
+        std::copy(placed.tables[i].begin(), placed.tables[i].end(),
+                  tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks);
+      }
+    } else {
+      for (int len : lengths) num_blocks += (len + bs - 1) / bs;
+      num_blocks = std::max(num_blocks, 1);
+      // Block ids shuffled (the order only has to be non-contiguous), or in order.
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
+      if (order == BlockOrder::kShuffled) {
+        ids = kernels::ShuffledIds(num_blocks, seed);
+      } else {
+        std::iota(ids.begin(), ids.end(), 0);
+      }
+      int next = 0;
+      for (int i = 0; i < capacity; ++i) {
+        for (int j = 0; j < (lengths[i] + bs - 1) / bs; ++j) {
+          tables[static_cast<std::size_t>(i) * max_blocks + j] = ids[next++];
+        }
       }
     }
     kv_lengths.assign(lengths.begin(), lengths.end());

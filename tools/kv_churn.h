@@ -103,7 +103,8 @@ class KvChurn {
     std::unique_ptr<KvChurn> c(new KvChurn(config));
     c->slots_.resize(static_cast<std::size_t>(config.sequences));
     for (Slot& s : c->slots_) ATTNRT_RETURN_IF_ERROR(c->Start(&s));
-    return c;
+    // Spelled out: nvcc's front end does not move `c` into the StatusOr on its own.
+    return StatusOr<std::unique_ptr<KvChurn>>(std::move(c));
   }
 
   // One round: each slot's sequence appends one token (slot order; pinned ones after them).
