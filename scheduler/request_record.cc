@@ -47,7 +47,7 @@ RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t ls
       slab_records_(slab_records),
       staging_(staging) {
   // The staged working set up front: allocating device-visible memory (cudaHostAlloc) takes
-  // milliseconds and driver locks, so only a backlog past it allocates on the submit path.
+  // milliseconds and driver locks, so it never happens on the submit path.
   MutexLock lock(&grow_mu_);
   if (staging_ != nullptr && staged_records > 0) {
     for (std::size_t have = 0; staging_ != nullptr && have < staged_records;
@@ -61,10 +61,11 @@ RecordPool::~RecordPool() = default;
 
 void RecordPool::Grow(RequestRecord** out, std::size_t n) {
   MutexLock lock(&grow_mu_);
-  // Past the staged working set: more staging while its allocator gives it (a backlog's
-  // requests then skip the executor's copy too; the allocation takes milliseconds, once per
-  // slab), then heap memory (those requests take the executor's copy path).
-  AddSlab(std::max<std::size_t>(slab_records_, n), staging_, out, n);
+  // Past the staged working set: heap memory (those requests take the executor's copy path).
+  // Not more staging: cudaHostAlloc on the submit path stalled every producer behind grow_mu_
+  // and halved the throughput of an overloaded scheduler (H100, bench/results/
+  // 2026-11-26_h100_staged-requests/r1).
+  AddSlab(std::max<std::size_t>(slab_records_, n), nullptr, out, n);
 }
 
 void RecordPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, RequestRecord** out,

@@ -77,8 +77,7 @@ class RecordPool {
  public:
   // Element counts of each staging region; `slab_records` records are allocated at a time. With
   // `staging`, at least `staged_records` records are allocated at once from it (device-visible:
-  // the working set of requests in flight); growth past them takes more from it until it
-  // refuses once, then uses the heap.
+  // the working set of requests in flight); growth past them uses the heap.
   RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems, int slab_records,
              runtime::StagingMemory* staging = nullptr, std::size_t staged_records = 0);
   ~RecordPool();

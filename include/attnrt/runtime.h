@@ -78,7 +78,8 @@ struct RuntimeOptions {
   // CUDA executor: host-memory requests are copied once, during Submit, into pinned host memory
   // the GPU reads and writes in place (the step's gather and scatter kernels cross PCIe), so no
   // thread copies them a second time into the step's staging or copies the output back out of
-  // it. A backlog past the working set allocates more (milliseconds per 256 requests, once).
+  // it. Requests past the working set (the batches in flight and two forming) are staged on
+  // the heap and take the copy path.
   bool stage_in_mapped_memory = false;
 };
 

@@ -212,8 +212,8 @@ INSTANTIATE_TEST_SUITE_P(Devices, RuntimeTest, testing::kBothDevices, testing::D
 
 // stage_in_mapped_memory: requests copied once into mapped pinned memory at Submit, gathered and
 // scattered there by the step. A backlog of 640 requests in flight (past the staged working set,
-// so the record pool grows into more staging) and each output checked against the reference of
-// exactly the tokens before it.
+// so later ones are staged on the heap and batches mix both kinds) and each output checked
+// against the reference of exactly the tokens before it.
 TEST(RuntimeStagedTest, StagedInMappedMemoryMatchesDenseReference) {
   if (!CudaDeviceAvailable()) {
     GTEST_SKIP() << "no CUDA device (" << NoCudaDeviceReason() << "): needs a GPU";
