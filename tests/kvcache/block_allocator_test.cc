@@ -86,7 +86,7 @@ TEST(BlockAllocatorTest, DoubleFreeIsFailedPreconditionAndChangesNothing) {
   EXPECT_EQ(RefCounts(a), before);
   EXPECT_EQ(a.num_free(), 3);
   EXPECT_EQ(a.ref_count(keep), 1);
-  // The free list was not corrupted: the three free blocks come out once each.
+  // The free runs were not corrupted: the three free blocks come out once each.
   std::set<BlockId> rest;
   for (int i = 0; i < 3; ++i) rest.insert(*a.Allocate());
   EXPECT_EQ(rest.size(), 3u);
