@@ -63,9 +63,8 @@ struct Options {
   // Saturation at max batch 32 and 128 with the completion thread sleeping through steps and
   // spinning them whole, alternating, twice (--saturation-ab; not part of the summary).
   bool saturation_ab = false;
-  // B=1, host CPU at B=128 and saturation with requests packed into the step's staging (memcpy,
-  // streaming stores) or staged in mapped memory at Submit, alternating, twice (--staging-ab;
-  // not part of the summary).
+  // B=1, host CPU at B=128 and saturation with requests staged in mapped memory at Submit or
+  // packed into the step's staging, alternating, twice (--staging-ab; not part of the summary).
   bool staging_ab = false;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
 };
@@ -352,14 +351,16 @@ void PrefillSequences(Target& target, const ModelShape& shape, int n) {
 struct Variation {
   std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
   bool sleep_through_steps = true;
-  bool stage_in_mapped_memory = false;  // RuntimeOptions / CudaExecutorOptions::offer_staging_memory
-  bool pack_streaming_stores = false;   // CudaExecutorOptions
+  // RuntimeOptions::stage_in_mapped_memory (CudaExecutorOptions::offer_staging_memory).
+  bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
   int pack_threads = -1;                // CudaExecutorOptions
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
-    if (stage_in_mapped_memory) name += " (staged in mapped memory)";
-    if (pack_streaming_stores) name += " (streaming-store pack)";
+    if (stage_in_mapped_memory != RuntimeOptions{}.stage_in_mapped_memory) {
+      name += stage_in_mapped_memory ? " (staged in mapped memory)"
+                                     : " (packed into the step's staging)";
+    }
     return name;
   }
 };
@@ -721,7 +722,6 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
   co.sleep_through_steps = variation.sleep_through_steps;
   co.pack_threads = variation.pack_threads;
-  co.pack_streaming_stores = variation.pack_streaming_stores;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
@@ -872,15 +872,14 @@ int Run(const Options& o) {
     }
   }
   if (o.staging_ab) {
-    // Where a host-memory request's q/k/v travel: packed by the batching thread into the
-    // step's staging (default, memcpy or streaming stores), or staged once at Submit in mapped
-    // pinned memory that the step gathers from. Alternating, twice.
+    // Where a host-memory request's q/k/v travel: staged once at Submit in mapped pinned
+    // memory that the step gathers from, or packed by the batching thread into the step's
+    // staging. Alternating, twice.
     const Variation variants[] = {
-        Variation{.pack_threads = o.pack_threads},
-        Variation{.pack_streaming_stores = true, .pack_threads = o.pack_threads},
-        Variation{.stage_in_mapped_memory = true, .pack_threads = o.pack_threads}};
+        Variation{.stage_in_mapped_memory = true, .pack_threads = o.pack_threads},
+        Variation{.stage_in_mapped_memory = false, .pack_threads = o.pack_threads}};
     for (int round = 0; round < 2; ++round) {
-      for (const Variation& v : {variants[0], variants[2]}) {
+      for (const Variation& v : variants) {
         section(("staging A/B, B=1, round " + std::to_string(round + 1) + v.Name()).c_str());
         const LatencyUs b1 = MeasureB1(true, iters, false, v);
         std::printf("%-34s %10.2f %10.2f\n", ("runtime B=1 graph" + v.Name()).c_str(), b1.p50,
@@ -990,9 +989,9 @@ int main(int argc, char** argv) {
           "  --b1-only        --sections b1\n"
           "  --saturation-ab  also: saturation at max batch 32 and 128 with steps slept through\n"
           "                   and spin-waited, alternating, twice (sleep_through_steps A/B)\n"
-          "  --staging-ab     also: B=1, host CPU at B=128 and saturation with q/k/v packed\n"
-          "                   into the step's staging (memcpy; streaming stores) or staged in\n"
-          "                   mapped memory at Submit (stage_in_mapped_memory), alternating, twice\n"
+          "  --staging-ab     also: B=1, host CPU at B=128 and saturation with q/k/v staged in\n"
+          "                   mapped memory at Submit or packed into the step's staging\n"
+          "                   (stage_in_mapped_memory on / off), alternating, twice\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n");
       return 0;
     } else if (a == "--out") {

@@ -15,12 +15,6 @@
 
 namespace attnrt::runtime {
 
-// memcpy with non-temporal 16-byte stores where `to` is 16-byte aligned (x86-64; plain memcpy
-// elsewhere), fenced before it returns: the destination (pinned staging a DMA engine reads
-// next) is not pulled into this core's cache first and is left in memory, not in a cache the
-// DMA read must snoop.
-void StreamingCopy(void* to, const void* from, std::size_t bytes);
-
 class CopyPool {
  public:
   // `helpers` threads besides the caller (0: Run() does everything on the caller).

@@ -69,15 +69,9 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     const PlannedRequest& p = b.plan.live[piece.first + j];
     const BatchRequest& r = b.batch.requests[p.index];
     if (r.memory != MemoryKind::kHost || kv_lengths[j] == 0) return;
-    if (options.pack_streaming_stores) {
-      StreamingCopy(base + l.q + j * q_bytes, r.q, q_bytes);
-      StreamingCopy(base + l.k + j * kv_bytes, r.k, kv_bytes);
-      StreamingCopy(base + l.v + j * kv_bytes, r.v, kv_bytes);
-    } else {
-      std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
-      std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
-      std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
-    }
+    std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
+    std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
+    std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
   };
   if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelPackBytes) {
     pack_pool->Run(piece.count, copy_row);

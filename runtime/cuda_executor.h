@@ -73,8 +73,6 @@ struct CudaExecutorOptions {
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
   // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
   int pack_threads = -1;
-  // The pack writes staging with non-temporal stores (StreamingCopy) instead of memcpy.
-  bool pack_streaming_stores = false;
   // Offer staging_memory() (pinned, mapped host memory): a scheduler stages requests in it and
   // submits them as kDevice, so no q/k/v/out copy runs on the host; the graph's gather and
   // scatter kernels cross PCIe instead. Off by default: on the H100 (PCIe) it measured slower

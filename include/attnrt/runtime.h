@@ -78,9 +78,11 @@ struct RuntimeOptions {
   // CUDA executor: host-memory requests are copied once, during Submit, into pinned host memory
   // the GPU reads and writes in place (the step's gather and scatter kernels cross PCIe), so no
   // thread copies them a second time into the step's staging or copies the output back out of
-  // it. Requests past the working set (the batches in flight and two forming) are staged on
-  // the heap and take the copy path.
-  bool stage_in_mapped_memory = false;
+  // it (H100: half the runtime's CPU per request at B=128, and a 70%-load step ~40% shorter).
+  // Requests past the working set (the batches in flight and two forming) are staged on the
+  // heap and take the copy path. Pinned memory: ~(5 x max_batch_size + 512) x (2 x H x D +
+  // 2 x Hkv x D halves + H floats). false: every request takes the copy path.
+  bool stage_in_mapped_memory = true;
 };
 
 // How much of the KV cache is in use (Runtime::kv_cache_usage, and gauges in MetricsText).
