@@ -18,9 +18,10 @@
 //     -> [captured: append-KV -> decode path] -> scatter (device-memory requests)
 //     -> D2H memcpy (out + lse, for host-memory requests)
 //
-// followed by an event the completion thread waits on. Nodes a piece does not need are
-// disabled on the instantiated graph (cudaGraphNodeSetEnabled, only when the need changes), so
-// one graph serves host-memory, device-memory and mixed batches without re-capture.
+// followed by an event the completion thread waits on. A piece of host-memory requests only,
+// or of device-memory requests only, runs a lean copy of that graph holding just its nodes
+// (LeanGraph); a mixed piece runs the full graph with the nodes it does not need disabled
+// (cudaGraphNodeSetEnabled, only when the need changes). No piece re-captures.
 #pragma once
 
 #include "runtime/cuda_executor.h"

@@ -71,7 +71,8 @@ void RecordPool::Grow(RequestRecord** out, std::size_t n) {
 void RecordPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, RequestRecord** out,
                        std::size_t n) {
   auto slab = std::make_unique<Slab>(count, stride_, memory);
-  if (memory != nullptr && slab->staging_memory == nullptr) staging_ = nullptr;  // refused: heap from now on
+  // Refused (logged once by the allocator): the rest of the working set goes on the heap.
+  if (memory != nullptr && slab->staging_memory == nullptr) staging_ = nullptr;
   std::vector<RequestRecord*> rest;
   rest.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
