@@ -66,7 +66,7 @@ struct ToolOptions {
   int buffers = attnrt::runtime::CudaExecutorOptions{}.num_buffers;
   // Enough submitting threads that the load generator is not the bottleneck on a GPU host,
   // without taking the cores a CPU executor computes on.
-  bool staging_memory = false;
+  bool copy_path = false;  // the CUDA executor without mapped staging (--copy-path)
   int producers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
   // Testing only: see FailureInjectingExecutor.
   int inject_failures_every = 0;
@@ -112,10 +112,10 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   flags.Int("--criteria-window-us", &o->criteria_window_us, "window for the criteria runs");
   flags.Int("--producers", &o->producers,
             "threads submitting the Poisson arrivals (each with its own scheduler Producer)", 1, 64);
-  flags.Bool("--staging-memory", &o->staging_memory,
-             "CUDA executor: the scheduler stages requests in the executor's mapped staging "
-             "memory, read and written in place by the graph (CudaExecutorOptions::"
-             "offer_staging_memory), instead of copying through its pinned staging");
+  flags.Bool("--copy-path", &o->copy_path,
+             "CUDA executor: every request copied a second time into the step's pinned staging, "
+             "instead of staged once in mapped memory the graph reads and writes in place (the "
+             "Runtime's default, RuntimeOptions::stage_in_mapped_memory)");
   flags.Int("--buffers", &o->buffers,
             "CUDA executor: pipeline buffers, i.e. pieces in flight, each with its own staging "
             "(CudaExecutorOptions::num_buffers)",
@@ -359,7 +359,7 @@ std::unique_ptr<attnrt::runtime::Executor> MakeExecutor(const ToolOptions& o, in
     co.num_blocks = blocks_needed;
     co.max_batch_size = max_batch;
     co.num_buffers = o.buffers;
-    co.offer_staging_memory = o.staging_memory;
+    co.offer_staging_memory = !o.copy_path;  // as the Runtime by default (stage_in_mapped_memory)
     auto e = attnrt::runtime::CreateCudaExecutor(co);
     if (!e.ok()) {
       std::fprintf(stderr, "tune_window: %s\n", e.status().ToString().c_str());

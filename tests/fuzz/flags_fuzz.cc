@@ -108,7 +108,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
   std::string json, csv;
   int repeats = 3;
   int criteria_batch = 0, criteria_window_us = 200, producers = 1, buffers = 3;
-  bool staging_memory = false, no_sweep = false, full_overload = false;
+  bool copy_path = false, no_sweep = false, full_overload = false;
   int inject_failures_every = 0;
   std::string inject_failure_kind = "error";
 
@@ -133,7 +133,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
     f.Int("--criteria", &criteria_batch, "criteria batch", 0, 1 << 16);
     f.Int("--criteria-window-us", &criteria_window_us, "criteria window");
     f.Int("--producers", &producers, "producer threads", 1, 64);
-    f.Bool("--staging-memory", &staging_memory, "staging memory");
+    f.Bool("--copy-path", &copy_path, "copy path");
     f.Int("--buffers", &buffers, "pipeline buffers", 2, 16);
     f.Bool("--no-sweep", &no_sweep, "skip the sweep");
     f.Int("--inject-failures-every", &inject_failures_every, "testing only", 0, 1 << 30);
@@ -269,7 +269,7 @@ const std::vector<std::string>& Names() {
       "--help", "-h", "--device", "--rates", "--windows-us", "--max-batches", "--duration",
       "--p99-slo-us", "--max-queue-size", "--heads", "--kv-heads", "--head-dim", "--block-size",
       "--context", "--sequences", "--json", "--criteria", "--criteria-window-us", "--producers",
-      "--staging-memory", "--buffers", "--no-sweep", "--inject-failures-every",
+      "--copy-path", "--buffers", "--no-sweep", "--inject-failures-every",
       "--inject-failure-kind", "--bind", "--port", "--allow-remote", "--threads", "--layers",
       "--max-context", "--window-us", "--max-batch", "--kv-cache-mb", "--max-seconds",
       "--max-connections", "--max-pending-mb", "--max-reply-backlog-kb", "--frame-timeout-ms",
