@@ -75,10 +75,10 @@ struct CudaExecutorOptions {
   int pack_threads = -1;
   // Offer staging_memory() (pinned, mapped host memory): a scheduler stages requests in it and
   // submits them as kDevice, so no q/k/v/out copy runs on the host; the graph's gather and
-  // scatter kernels cross PCIe instead. Off by default: on the H100 (PCIe) it measured slower
-  // than the copy path (scheduler at saturation 0.73x vs 0.86x of the executor's capacity at
-  // max batch 128; bench/results/2026-11-21_h100_staging-ab/). Try it where host memory is
-  // close to the GPU (coherent NVLink-C2C).
+  // scatter kernels cross PCIe instead. The Runtime turns it on (RuntimeOptions::
+  // stage_in_mapped_memory; H100: half the runtime's CPU per request, a shorter step at 70%
+  // load: bench/results/2026-11-26_h100_staged-requests/). Off for a bare executor, whose
+  // callers stage their own requests.
   bool offer_staging_memory = false;
 };
 
