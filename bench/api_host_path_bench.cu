@@ -353,7 +353,7 @@ struct Variation {
   bool sleep_through_steps = true;
   // RuntimeOptions::stage_in_mapped_memory (CudaExecutorOptions::offer_staging_memory).
   bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
-  int pack_threads = -1;                // CudaExecutorOptions
+  int pack_threads = -1;  // CudaExecutorOptions of the saturation executors (not the Runtime rows)
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
