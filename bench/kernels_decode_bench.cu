@@ -25,7 +25,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -184,42 +183,6 @@ struct InputSet {
   double consecutive = 0.0;  // adjacent table entries b[i+1] == b[i] + 1, of all adjacent pairs
 };
 
-// Input set `set`'s block tables ([batch][max_blocks], -1 past a row's blocks) under --blocks,
-// and the pool's block count. Shuffled: a pool of exactly the rows' blocks, its ids in a
-// Fisher-Yates order drawn from `rng` (as before the flag existed); in order: row 0's first;
-// allocator: tools::AllocatorBlockTables (a larger pool, seeded by the set).
-int BlockTables(const BenchShape& s, const ModelShape& m, const std::vector<int>& blocks_of_row,
-                int set, testing::NormalRng& rng, std::vector<std::int32_t>* tables) {
-  const int max_blocks = m.max_blocks_per_sequence();
-  tables->assign(static_cast<std::size_t>(s.batch) * max_blocks, -1);
-  const tools::BlockOrder order = BlockOrderFlag();
-  if (order == tools::BlockOrder::kAllocator) {
-    std::vector<int> lengths(s.batch);
-    for (int row = 0; row < s.batch; ++row) lengths[row] = RowContext(s, row);
-    StatusOr<tools::AllocatorTables> placed =
-        tools::AllocatorBlockTables(s.block_size, m.max_context, lengths, 1 + set);
-    bench::CheckOk(placed, "AllocatorBlockTables");
-    for (int row = 0; row < s.batch; ++row) {
-      std::copy(placed->tables[row].begin(), placed->tables[row].end(),
-                tables->begin() + static_cast<std::ptrdiff_t>(row) * max_blocks);
-    }
-    return placed->pool_blocks;
-  }
-  const int num_blocks = std::accumulate(blocks_of_row.begin(), blocks_of_row.end(), 0);
-  std::vector<std::int32_t> ids(num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  if (order == tools::BlockOrder::kShuffled) {
-    for (int i = num_blocks - 1; i > 0; --i) std::swap(ids[i], ids[rng.NextInt(0, i)]);
-  }
-  int next = 0;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int j = 0; j < blocks_of_row[b]; ++j) {
-      (*tables)[static_cast<std::size_t>(b) * max_blocks + j] = ids[next++];
-    }
-  }
-  return num_blocks;
-}
-
 struct Fixture {
   const BenchShape* shape = nullptr;
   std::vector<std::unique_ptr<InputSet>> sets;
@@ -239,12 +202,15 @@ Fixture& FixtureFor(const BenchShape& s) {
   }
   std::vector<std::int32_t> lengths(s.batch);
   for (int row = 0; row < s.batch; ++row) lengths[row] = RowContext(s, row);
-  testing::NormalRng rng(42);
   for (int k = 0; k < n_sets; ++k) {
     auto in = std::make_unique<InputSet>();
     in->max_blocks = m.max_blocks_per_sequence();
-    std::vector<std::int32_t> tables;
-    in->num_blocks = BlockTables(s, m, blocks_of_row, k, rng, &tables);
+    // Set k's tables per --blocks (-1 past a row's blocks: the reference check reads them).
+    StatusOr<tools::PlacedTables> placed = tools::PlaceBlockTables(
+        s.block_size, m.max_context, lengths, BlockOrderFlag(), 1 + k, /*unused=*/-1);
+    bench::CheckOk(placed, "PlaceBlockTables");
+    const std::vector<std::int32_t>& tables = placed->tables;
+    in->num_blocks = placed->num_blocks;
     const std::size_t pool = static_cast<std::size_t>(in->num_blocks) * m.kv_token_elems() * s.block_size;
     if (s.fp8) {  // `pool` one-byte codes, in arrays typed as halves (rounded up)
       bench::CheckOk(in->k_pool.Allocate((pool + 1) / 2), "in->k_pool.Allocate");

@@ -111,6 +111,48 @@ inline Status CreateEvent(EventHandle* out) {
 // and more, as a serving pool is not one batch's).
 enum class BlockOrder { kShuffled, kInOrder, kAllocator };
 
+// Block tables for rows of lengths[i] tokens ([rows][max_blocks], `unused` past a row's
+// blocks) laid out per `order`, and the pool's block count (at least 1): what DeviceDecodeBatch
+// and the decode benchmark's input sets share.
+struct PlacedTables {
+  std::int32_t num_blocks = 0;
+  std::vector<std::int32_t> tables;
+};
+inline StatusOr<PlacedTables> PlaceBlockTables(int block_size, int max_context,
+                                               const std::vector<int>& lengths, BlockOrder order,
+                                               std::uint64_t seed, std::int32_t unused = 0) {
+  const int max_blocks = (max_context + block_size - 1) / block_size;
+  const std::size_t rows = lengths.size();
+  PlacedTables placed;
+  placed.tables.assign(rows * max_blocks, unused);
+  if (order == BlockOrder::kAllocator) {
+    ATTNRT_ASSIGN_OR_RETURN(AllocatorTables allocated,
+                            AllocatorBlockTables(block_size, max_context, lengths, seed));
+    placed.num_blocks = std::max(allocated.pool_blocks, 1);
+    for (std::size_t i = 0; i < rows; ++i) {
+      std::copy(allocated.tables[i].begin(), allocated.tables[i].end(),
+                placed.tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    }
+    return placed;
+  }
+  for (int len : lengths) placed.num_blocks += (len + block_size - 1) / block_size;
+  placed.num_blocks = std::max(placed.num_blocks, 1);
+  // Block ids shuffled (the order only has to be non-contiguous), or in order.
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(placed.num_blocks));
+  if (order == BlockOrder::kShuffled) {
+    ids = kernels::ShuffledIds(placed.num_blocks, seed);
+  } else {
+    std::iota(ids.begin(), ids.end(), 0);
+  }
+  int next = 0;
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (int j = 0; j < (lengths[i] + block_size - 1) / block_size; ++j) {
+      placed.tables[i * max_blocks + j] = ids[next++];
+    }
+  }
+  return placed;
+}
+
 // One layer; row i attends lengths[i] tokens whose blocks are placed per BlockOrder. K/V are N(0,1) (FP16,
 // or their E4M3 codes with every scale 1.0), q is N(0,1); out and lse are left unwritten;
 // k_new/v_new are null (plan DecodeStep::kDecode). The views point at its device memory.
@@ -187,32 +229,10 @@ struct DeviceDecodeBatch {
     capacity = static_cast<int>(lengths.size());
     const int bs = s.block_size;
     const int max_blocks = s.max_blocks_per_sequence();
-    std::vector<std::int32_t> tables(static_cast<std::size_t>(capacity) * max_blocks, 0);
-    if (order == BlockOrder::kAllocator) {
-      ATTNRT_ASSIGN_OR_RETURN(AllocatorTables placed,
-                              AllocatorBlockTables(bs, s.max_context, lengths, seed));
-      num_blocks = std::max(placed.pool_blocks, 1);
-      for (int i = 0; i < capacity; ++i) {
-        std::copy(placed.tables[i].begin(), placed.tables[i].end(),
-                  tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks);
-      }
-    } else {
-      for (int len : lengths) num_blocks += (len + bs - 1) / bs;
-      num_blocks = std::max(num_blocks, 1);
-      // Block ids shuffled (the order only has to be non-contiguous), or in order.
-      std::vector<std::int32_t> ids(static_cast<std::size_t>(num_blocks));
-      if (order == BlockOrder::kShuffled) {
-        ids = kernels::ShuffledIds(num_blocks, seed);
-      } else {
-        std::iota(ids.begin(), ids.end(), 0);
-      }
-      int next = 0;
-      for (int i = 0; i < capacity; ++i) {
-        for (int j = 0; j < (lengths[i] + bs - 1) / bs; ++j) {
-          tables[static_cast<std::size_t>(i) * max_blocks + j] = ids[next++];
-        }
-      }
-    }
+    ATTNRT_ASSIGN_OR_RETURN(PlacedTables placed,
+                            PlaceBlockTables(bs, s.max_context, lengths, order, seed));
+    num_blocks = placed.num_blocks;
+    const std::vector<std::int32_t>& tables = placed.tables;
     kv_lengths.assign(lengths.begin(), lengths.end());
     const std::vector<std::int32_t> layers(capacity, 0);
 
