@@ -1,12 +1,15 @@
-// Study 4: launch-configuration sweep of the tensor-core split-KV decode kernel. Knobs: warps per
-// CTA (2, 4, 8: the CTA's KV tile is 16 tokens per warp), the split target (CTAs per SM wanted, or
-// the occupancy rule) and the shortest split. For each (head dim, group, work items = B * Hkv) it
-// times every configuration that yields a distinct grid at several context lengths (CUDA-graph
-// replays of back-to-back decodes cycling over input sets larger than L2; CUDA events; median of
-// 7 replays after 2 warm-ups), and picks for the (D, G, work) the configuration with the best
-// geometric mean of time / (best time at that length). The default configuration is kept unless
-// another is more than 1% better. --table-out writes the picks as kernels/tc_launch_table.inc
-// (what dispatch reads); --json-out writes every timing for bench/studies/make_gemm_report.py.
+// Study 4: launch-configuration sweep of the split-KV decode kernels. Knobs: the kernel family
+// (tensor cores; SIMT for FP16 caches), warps per CTA (tensor cores: 2, 4, 8; the CTA's KV tile is
+// 16 tokens per warp), the split target (CTAs per SM wanted, or the occupancy rule) and the
+// shortest split. For each (head dim, group, work items = B * Hkv) it times every configuration
+// that yields a distinct launch at several context lengths (CUDA-graph replays of back-to-back
+// steps, append + decode by default as serving runs them, cycling over input sets larger than L2
+// with blocks placed by the KV cache's allocator; CUDA events; median of 7 replays after 2
+// warm-ups), and picks for the (D, G, work) the family and configuration with the best geometric
+// mean of time / (best time at that length). The default (tensor cores, default configuration)
+// is kept unless another is more than 1% better. --table-out writes the picks as
+// kernels/tc_launch_table.inc (what variant "split_kv" reads); --json-out writes every timing for
+// bench/studies/make_gemm_report.py.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +37,23 @@ using kernels::SplitKvFamily;
 using kernels::SplitKvLaunchConfig;
 
 constexpr SplitKvFamily kTc = SplitKvFamily::kTensorCore;
+constexpr SplitKvFamily kSimt = SplitKvFamily::kSimt;
+
+// A family and its launch configuration: one candidate of the sweep.
+struct Candidate {
+  SplitKvFamily family;
+  SplitKvLaunchConfig config;
+  bool operator==(const Candidate&) const = default;
+  auto key() const {
+    return std::make_tuple(static_cast<int>(family), config.warps, config.ctas_per_sm,
+                           config.min_split_tokens);
+  }
+};
+const Candidate kDefaultCandidate{kTc, SplitKvLaunchConfig{}};
+
+std::string ToString(const Candidate& c) {
+  return std::string(kernels::SplitKvVariantName(c.family)) + " " + kernels::ToString(c.config);
+}
 constexpr std::size_t kRotationBytes = 128ull << 20;  // > 2.5x the H100's 50 MB L2
 constexpr std::size_t kMaxSetBytes = 2ull << 30;      // KV bytes of one input set
 constexpr int kMaxSets = 64;
@@ -56,6 +76,7 @@ std::vector<Family> Families(bool quick) {
       {64, 8, 8, {1, 4, 16, 32, 128, 512}},
       {64, 32, 8, {1, 8, 32, 128}},
       {256, 16, 16, {1, 4, 16, 64}},
+      {256, 16, 8, {1, 4, 16, 32, 64}},       // G = 2 at D = 256 (sdpa_compare's D = 256 shape)
   };
 }
 
@@ -104,13 +125,21 @@ bool ParseContexts(const std::string& text, std::vector<int>* out) {
   return !out->empty();
 }
 
-std::vector<SplitKvLaunchConfig> Configs(int head_dim, KvCacheType kv_cache_type) {
-  std::vector<SplitKvLaunchConfig> out;
-  for (int warps : {2, 4, 8}) {
-    for (int ctas : {0, 1, 2, 4, 8, 16}) {
-      for (int min_split : {128, 256, 512, 1024}) {
-        const SplitKvLaunchConfig c{warps, ctas, min_split};
-        if (kernels::CheckLaunchConfig(kTc, c, head_dim, kv_cache_type).ok()) out.push_back(c);
+// The SIMT family has one CTA shape (warps is ignored: swept at the default only); an FP8 cache
+// is swept on tensor cores alone (dispatch never sends an FP8 shape to SIMT).
+std::vector<Candidate> Candidates(int head_dim, KvCacheType kv_cache_type) {
+  std::vector<Candidate> out;
+  for (SplitKvFamily family : {kTc, kSimt}) {
+    if (family == kSimt && kv_cache_type != KvCacheType::kFp16) continue;
+    for (int warps : {2, 4, 8}) {
+      if (family == kSimt && warps != SplitKvLaunchConfig{}.warps) continue;
+      for (int ctas : {0, 1, 2, 4, 8, 16}) {
+        for (int min_split : {128, 256, 512, 1024}) {
+          const SplitKvLaunchConfig c{warps, ctas, min_split};
+          if (kernels::CheckLaunchConfig(family, c, head_dim, kv_cache_type).ok()) {
+            out.push_back({family, c});
+          }
+        }
       }
     }
   }
@@ -129,13 +158,13 @@ ModelShape ShapeOf(const Family& f, KvCacheType kv_cache_type) {
   return s;
 }
 
-// The tensor-core split-KV plan under `config` for `capacity` batch rows on this device.
-kernels::DecodePlan PlanConfig(const ModelShape& shape, int capacity,
-                               const SplitKvLaunchConfig& config) {
+// The split-KV plan of candidate `c` for `capacity` batch rows on this device.
+kernels::DecodePlan PlanCandidate(const ModelShape& shape, int capacity, const Candidate& c,
+                                  kernels::DecodeStep step) {
   const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
   CheckOk(device, "CurrentDecodeDevice");
-  StatusOr<kernels::DecodePlan> plan = kernels::PlanSplitKv(
-      kTc, config, {shape, capacity, 0, kernels::DecodeStep::kDecode, *device});
+  StatusOr<kernels::DecodePlan> plan =
+      kernels::PlanSplitKv(c.family, c.config, {shape, capacity, 0, step, *device});
   CheckOk(plan, "PlanSplitKv");
   return *plan;
 }
@@ -157,33 +186,36 @@ double TimePlan(const kernels::DecodePlan& plan,
 
 struct Timing {
   int head_dim, group, batch, kv_heads, context;
-  SplitKvLaunchConfig config;
+  Candidate candidate;
   kernels::SplitKvPlan plan;
   double us, tbps;
 };
 
-std::string Json(const SplitKvLaunchConfig& c) {
+std::string Json(const Candidate& candidate) {
+  const SplitKvLaunchConfig& c = candidate.config;
   std::ostringstream os;
-  os << "{\"warps\": " << c.warps << ", \"ctas_per_sm\": " << c.ctas_per_sm
+  os << "{\"family\": \"" << kernels::SplitKvVariantName(candidate.family)
+     << "\", \"warps\": " << c.warps << ", \"ctas_per_sm\": " << c.ctas_per_sm
      << ", \"min_split_tokens\": " << c.min_split_tokens << "}";
   return os.str();
 }
 
 struct Pick {
   int head_dim, group, work, batch;
-  SplitKvLaunchConfig config;
+  Candidate candidate;
   double score, default_score;
 };
 
 int Run(int argc, char** argv) {
   std::string table_out, json_out, commit, cache_type = "fp16", families_text, contexts_text;
-  std::string blocks = "shuffled";
+  std::string blocks = "allocator", step_text = "append";
   bool quick = false;
   tools::FlagSet flags(
       "kernels_launch_sweep_bench",
-      "Study 4: sweeps the split_kv kernel's launch configuration (warps per CTA, split target,\n"
-      "shortest split) per (head dim, group, batch, context) on this GPU, prints the best per\n"
-      "shape and writes the per-(head dim, group, work) picks that dispatch reads.");
+      "Study 4: sweeps the split-KV kernels' family (tensor cores or SIMT) and launch\n"
+      "configuration (warps per CTA, split target, shortest split) per (head dim, group, batch,\n"
+      "context) on this GPU, prints the best per shape and writes the per-(head dim, group, work)\n"
+      "picks that variant split_kv reads.");
   flags.String("--table-out", &table_out, "write the picks here (kernels/tc_launch_table.inc)");
   flags.String("--json-out", &json_out, "write every timing and pick here as JSON");
   flags.String("--commit", &commit, "commit recorded in the outputs (the device copy has no .git)");
@@ -197,6 +229,9 @@ int Run(int argc, char** argv) {
   flags.Choice("--blocks", &blocks, {"shuffled", "in-order", "allocator"},
                "the batches' block ids: scattered over the pool, each row's in order (what "
                "paging costs the kernel), or as the KV cache's allocator places them in serving");
+  flags.Choice("--step", &step_text, {"append", "decode"},
+               "what is timed: append + decode (what a serving step runs: the tensor-core kernel "
+               "fuses the append, SIMT runs the append kernel first) or decode alone");
   if (const int rc = flags.Parse(argc, argv); rc != tools::FlagSet::kContinue) return rc;
   std::vector<Family> families = Families(quick);
   std::vector<int> contexts = Contexts(quick);
@@ -216,12 +251,15 @@ int Run(int argc, char** argv) {
       return 2;
     }
   }
-  if (!table_out.empty() &&
-      (!families_text.empty() || !contexts_text.empty() || blocks != "shuffled")) {
-    std::fprintf(stderr, "kernels_launch_sweep_bench: --table-out needs the sweep's own shapes "
-                 "and shuffled blocks (no --families, --contexts or other --blocks)\n");
+  if (!table_out.empty() && (!families_text.empty() || !contexts_text.empty() ||
+                             blocks != "allocator" || step_text != "append")) {
+    std::fprintf(stderr, "kernels_launch_sweep_bench: --table-out needs the sweep's own shapes, "
+                 "the allocator's blocks and append + decode (no --families, --contexts, other "
+                 "--blocks or --step)\n");
     return 2;
   }
+  const kernels::DecodeStep step =
+      step_text == "decode" ? kernels::DecodeStep::kDecode : kernels::DecodeStep::kAppendAndDecode;
   const KvCacheType kv_cache_type =
       cache_type == "fp8_e4m3" ? KvCacheType::kFp8E4M3 : KvCacheType::kFp16;
   const double element_bytes = kv_cache_type == KvCacheType::kFp8E4M3 ? 1.0 : 2.0;
@@ -238,9 +276,11 @@ int Run(int argc, char** argv) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s, KV cache %s, %s blocks\n",
+  std::printf("device %s, %d SMs, read ceiling %.3f TB/s, %s, commit %s, KV cache %s, %s blocks, "
+              "%s\n",
               prop.name, sms, read_tbps, date, commit.empty() ? "unknown" : commit.c_str(),
-              cache_type.c_str(), blocks.c_str());
+              cache_type.c_str(), blocks.c_str(),
+              step == kernels::DecodeStep::kDecode ? "decode" : "append + decode");
   // The same read in shuffled chunks of a KV block's head slice (block_size * D * element bytes).
   std::printf("paged read ceiling (shuffled chunks):");
   for (const std::size_t chunk : {1024, 2048, 4096, 8192, 16384}) {
@@ -262,7 +302,7 @@ int Run(int argc, char** argv) {
     const Family& fam = families[fi];
     const ModelShape shape = ShapeOf(fam, kv_cache_type);
     const int group = shape.group_size();
-    const std::vector<SplitKvLaunchConfig> configs = Configs(fam.head_dim, kv_cache_type);
+    const std::vector<Candidate> candidates = Candidates(fam.head_dim, kv_cache_type);
     for (int batch : fam.batches) {
       std::map<int, double> best_at;  // context -> best µs
       std::vector<std::size_t> rows_of_batch;
@@ -278,15 +318,16 @@ int Run(int argc, char** argv) {
           sets.push_back(
               MakeDeviceDecodeBatch(shape, std::vector<int>(batch, context), stream, 100 + k, order));
         }
-        // Configurations with the same grid and the same split of this context are one kernel
-        // launch: time it once.
-        std::map<std::tuple<int, int, int, int>, double> timed;
+        // Configurations of a family with the same grid and the same split of this context are
+        // one kernel launch: time it once.
+        std::map<std::tuple<int, int, int, int, int>, double> timed;
         double best = 1e30;
-        for (const SplitKvLaunchConfig& c : configs) {
-          const kernels::DecodePlan decode_plan = PlanConfig(shape, batch, c);
+        for (const Candidate& c : candidates) {
+          const kernels::DecodePlan decode_plan = PlanCandidate(shape, batch, c, step);
           const kernels::SplitKvPlan& plan = decode_plan.split_kv;
           const kernels::RowSplit ss = kernels::SplitRow(context, plan);
-          const auto key = std::make_tuple(c.warps, plan.max_splits, ss.num_splits, ss.tiles_per_split);
+          const auto key = std::make_tuple(static_cast<int>(c.family), c.config.warps,
+                                           plan.max_splits, ss.num_splits, ss.tiles_per_split);
           auto it = timed.find(key);
           if (it == timed.end()) it = timed.emplace(key, TimePlan(decode_plan, sets, stream)).first;
           const double us = it->second;
@@ -305,49 +346,51 @@ int Run(int argc, char** argv) {
                      timed.size(), best, (kv_bytes + qo_bytes) / (best * 1e-6) / 1e12);
       }
       if (best_at.empty()) continue;
-      // Score each configuration over the contexts: geometric mean of time / best.
-      std::map<std::tuple<int, int, int>, std::pair<double, int>> log_sum;
+      // Score each candidate over the contexts: geometric mean of time / best.
+      std::map<decltype(kDefaultCandidate.key()), std::pair<Candidate, std::pair<double, int>>>
+          log_sum;
       for (std::size_t i : rows_of_batch) {
         const Timing& t = timings[i];
-        auto& [sum, count] = log_sum[{t.config.warps, t.config.ctas_per_sm, t.config.min_split_tokens}];
-        sum += std::log(t.us / best_at[t.context]);
-        ++count;
+        auto& entry = log_sum.try_emplace(t.candidate.key(), t.candidate, std::pair{0.0, 0})
+                          .first->second;
+        entry.second.first += std::log(t.us / best_at[t.context]);
+        ++entry.second.second;
       }
-      Pick pick{fam.head_dim, group, batch * fam.kv_heads, batch, {}, 1e30, 1e30};
-      for (const auto& [key, sc] : log_sum) {
-        const SplitKvLaunchConfig c{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+      Pick pick{fam.head_dim, group, batch * fam.kv_heads, batch, kDefaultCandidate, 1e30, 1e30};
+      for (const auto& [key, entry] : log_sum) {
+        const auto& [c, sc] = entry;
         const double score = std::exp(sc.first / sc.second);
-        if (c == SplitKvLaunchConfig{}) pick.default_score = score;
+        if (c == kDefaultCandidate) pick.default_score = score;
         if (score < pick.score) {
           pick.score = score;
-          pick.config = c;
+          pick.candidate = c;
         }
       }
       if (pick.default_score <= pick.score * kKeepDefaultWithin) {
-        pick.config = SplitKvLaunchConfig{};
+        pick.candidate = kDefaultCandidate;
         pick.score = pick.default_score;
       }
       picks.push_back(pick);
-      std::printf("D=%-3d G=%d B=%-3d work=%-4d pick %-44s score %.3f (default %.3f)\n",
+      std::printf("D=%-3d G=%d B=%-3d work=%-4d pick %-58s score %.3f (default %.3f)\n",
                   pick.head_dim, pick.group, pick.batch, pick.work,
-                  kernels::ToString(pick.config).c_str(), pick.score, pick.default_score);
+                  ToString(pick.candidate).c_str(), pick.score, pick.default_score);
     }
   }
 
   // Best configuration per shape.
-  std::printf("\n%-4s %-2s %-4s %-6s %-44s %9s %7s %9s %7s\n", "D", "G", "B", "T", "best", "us",
+  std::printf("\n%-4s %-2s %-4s %-6s %-58s %9s %7s %9s %7s\n", "D", "G", "B", "T", "best", "us",
               "TB/s", "default", "gain");
   std::map<std::tuple<int, int, int, int>, std::pair<const Timing*, const Timing*>> per_shape;
   for (const Timing& t : timings) {
     auto& [best, def] = per_shape[{t.head_dim, t.group, t.batch, t.context}];
     if (best == nullptr || t.us < best->us) best = &t;
-    if (t.config == SplitKvLaunchConfig{}) def = &t;
+    if (t.candidate == kDefaultCandidate) def = &t;
   }
   for (const auto& [key, bd] : per_shape) {
     const auto& [best, def] = bd;
-    std::printf("%-4d %-2d %-4d %-6d %-44s %9.2f %7.3f %9.2f %6.3fx\n", std::get<0>(key),
+    std::printf("%-4d %-2d %-4d %-6d %-58s %9.2f %7.3f %9.2f %6.3fx\n", std::get<0>(key),
                 std::get<1>(key), std::get<2>(key), std::get<3>(key),
-                kernels::ToString(best->config).c_str(), best->us, best->tbps, def->us,
+                ToString(best->candidate).c_str(), best->us, best->tbps, def->us,
                 def->us / best->us);
   }
 
@@ -356,15 +399,17 @@ int Run(int argc, char** argv) {
   });
   if (!table_out.empty()) {
     std::ofstream f(table_out);
-    f << "// Tuned launch configurations of the tensor-core split-KV kernel"
+    f << "// Tuned split-KV kernel family and launch configuration"
       << (kv_cache_type == KvCacheType::kFp8E4M3 ? " over an FP8 E4M3 KV cache" : "")
       << ", one row per\n"
-         "// {head_dim, group, min_work, {warps, ctas_per_sm, min_split_tokens}}: used for work\n"
+         "// {head_dim, group, min_work, {warps, ctas_per_sm, min_split_tokens}, family}: used "
+         "for work\n"
          "// items (capacity * num_kv_heads) >= min_work up to the next row of the same (D, G).\n"
          "// Written by bench/kernels_launch_sweep_bench --kv-cache-type "
       << cache_type << " --table-out; do not edit by hand.\n"
       << "// " << prop.name << ", " << date << ", commit " << (commit.empty() ? "unknown" : commit)
-      << ". Score: geometric mean over contexts of time / best time at that context.\n";
+      << ", " << blocks << " blocks, append + decode. Score: geometric mean over contexts of "
+         "time / best time at that context.\n";
     // Boundaries halfway (geometrically) between swept work counts; a row equal to the one below
     // it is left out.
     for (std::size_t i = 0; i < picks.size(); ++i) {
@@ -372,14 +417,17 @@ int Run(int argc, char** argv) {
       const bool first = i == 0 || picks[i - 1].head_dim != p.head_dim || picks[i - 1].group != p.group;
       int min_work = 1;
       if (!first) {
-        if (picks[i - 1].config == p.config) continue;
+        if (picks[i - 1].candidate == p.candidate) continue;
         min_work = static_cast<int>(std::lround(std::sqrt(double(picks[i - 1].work) * p.work)));
       }
-      char line[200];
+      const SplitKvLaunchConfig& c = p.candidate.config;
+      char line[240];
       std::snprintf(line, sizeof line,
-                    "{%d, %d, %d, {%d, %d, %d}},  // swept at work %d (B=%d): score %.3f, default %.3f\n",
-                    p.head_dim, p.group, min_work, p.config.warps, p.config.ctas_per_sm,
-                    p.config.min_split_tokens, p.work, p.batch, p.score, p.default_score);
+                    "{%d, %d, %d, {%d, %d, %d}, SplitKvFamily::%s},  // swept at work %d (B=%d): "
+                    "score %.3f, default %.3f\n",
+                    p.head_dim, p.group, min_work, c.warps, c.ctas_per_sm, c.min_split_tokens,
+                    p.candidate.family == kSimt ? "kSimt" : "kTensorCore", p.work, p.batch,
+                    p.score, p.default_score);
       f << line;
     }
     std::printf("\nwrote %s\n", table_out.c_str());
@@ -389,13 +437,14 @@ int Run(int argc, char** argv) {
     f << "{\n  \"device\": \"" << prop.name << "\", \"sms\": " << sms << ", \"date\": \"" << date
       << "\", \"commit\": \"" << (commit.empty() ? "unknown" : commit)
       << "\", \"kv_cache_type\": \"" << cache_type << "\", \"blocks\": \"" << blocks
+      << "\", \"step\": \"" << step_text
       << "\", \"read_ceiling_tbps\": " << read_tbps
       << ",\n  \"timings\": [\n";
     for (std::size_t i = 0; i < timings.size(); ++i) {
       const Timing& t = timings[i];
       f << "    {\"head_dim\": " << t.head_dim << ", \"group\": " << t.group
         << ", \"batch\": " << t.batch << ", \"kv_heads\": " << t.kv_heads
-        << ", \"context\": " << t.context << ", \"config\": " << Json(t.config)
+        << ", \"context\": " << t.context << ", \"config\": " << Json(t.candidate)
         << ", \"max_splits\": " << t.plan.max_splits << ", \"us\": " << t.us
         << ", \"tbps\": " << t.tbps << "}" << (i + 1 < timings.size() ? "," : "") << "\n";
     }
@@ -404,7 +453,7 @@ int Run(int argc, char** argv) {
       const Pick& p = picks[i];
       f << "    {\"head_dim\": " << p.head_dim << ", \"group\": " << p.group
         << ", \"batch\": " << p.batch << ", \"work\": " << p.work << ", \"config\": "
-        << Json(p.config) << ", \"score\": " << p.score << ", \"default_score\": "
+        << Json(p.candidate) << ", \"score\": " << p.score << ", \"default_score\": "
         << p.default_score << "}" << (i + 1 < picks.size() ? "," : "") << "\n";
     }
     f << "  ]\n}\n";

@@ -57,6 +57,10 @@ struct DecodePlanRequest {
   std::size_t max_workspace_bytes = 0;
 };
 
+// The two kernel families of split-KV flash decoding: CUDA-core FP32 dot products
+// ("split_kv_simt") and tensor-core mma ("split_kv" picks one per shape from the tuned table).
+enum class SplitKvFamily { kSimt, kTensorCore };
+
 // How the split-KV kernels are launched: what study 4 (bench/kernels_launch_sweep_bench) sweeps
 // and kernels/tc_launch_table.inc records per (head dim, group, work).
 struct SplitKvLaunchConfig {
@@ -98,8 +102,8 @@ struct DecodePlan {
   int max_kv_length = 0;     // the longest kv_length a run handles (the GEMM path's Tpad, else
                              // shape.max_context)
   DecodeStep step = DecodeStep::kAppendAndDecode;
-  bool fuses_append = false;  // the decode kernel appends (split_kv); else, for kAppendAndDecode,
-                              // the run launches the append kernel first
+  bool fuses_append = false;  // the decode kernel appends (the tensor-core family); else, for
+                              // kAppendAndDecode, the run launches the append kernel first
   bool uses_cublas = false;   // the run needs DecodeRunContext::cublas (the GEMM path)
   DecodeDevice device;
   std::size_t workspace_bytes = 0;  // DecodeWorkspace the run needs (0: none)
@@ -109,6 +113,7 @@ struct DecodePlan {
   // Equal for every split-KV plan of a device, so one workspace serves all of them.
   std::size_t workspace_zero_bytes = 0;
   KernelLaunch decode;  // the decode kernel (fused paths; the GEMM path's stages are in `gemm`)
+  SplitKvFamily split_kv_family = SplitKvFamily::kTensorCore;  // split-KV paths: what `decode` is
   SplitKvLaunchConfig split_kv_config;  // split-KV paths
   SplitKvPlan split_kv;                 // split-KV paths
   GemmPathPlan gemm;                    // the GEMM path

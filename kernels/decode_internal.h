@@ -87,19 +87,20 @@ Status RunGemm(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoo
                DecodeWorkspace workspace, const DecodeRunContext& context);
 
 // ---- split-KV flash-decoding: one CTA per (batch row, kv head, split), all G q heads per CTA
-// Two kernel families share the plan, the workspace, the cross-split merge and the run:
-// "split_kv_simt" (CUDA-core FP32 dot products) and "split_kv" (tensor cores, production).
-enum class SplitKvFamily { kSimt, kTensorCore };
-
+// Two kernel families (SplitKvFamily) share the plan, the workspace, the cross-split merge and
+// the run. Variant "split_kv" (production) launches the family and configuration that the tuned
+// table names for the shape and batch (TunedSplitKvLaunch); "split_kv_simt" always the SIMT one.
+// The variant whose run takes a plan of `family` made by PlanSplitKv.
 constexpr std::string_view SplitKvVariantName(SplitKvFamily family) {
   return family == SplitKvFamily::kSimt ? "split_kv_simt" : "split_kv";
 }
-// A family's table hooks (instantiated for both in split_kv_launch.cu). The table's plan uses
-// the tuned launch configuration (TunedLaunchConfig); PlanSplitKv takes any.
+// The variants' table hooks (instantiated for both families in split_kv_launch.cu).
 template <SplitKvFamily kFamily>
 Status SplitKvSupports(const ModelShape& shape);
-template <SplitKvFamily kFamily>
+// Variant "split_kv": the family and configuration of TunedSplitKvLaunch.
 StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request);
+// Variant "split_kv_simt": the SIMT family under TunedLaunchConfig(kSimt, ...).
+StatusOr<DecodePlan> PlanSplitKvSimt(const DecodePlanRequest& request);
 template <SplitKvFamily kFamily>
 Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                   DecodeWorkspace workspace, const DecodeRunContext& context);
@@ -136,22 +137,31 @@ std::string ToString(const SplitKvLaunchConfig& config);
 Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim,
                          KvCacheType kv_cache_type = KvCacheType::kFp16);
 
-// One row of the tuned table: the configuration for a (head_dim, group) at work items
-// (capacity * num_kv_heads) >= min_work, up to the next row's min_work.
+// One row of the tuned table: the kernel family and configuration for a (head_dim, group) at
+// work items (capacity * num_kv_heads) >= min_work, up to the next row's min_work. Rows written
+// before the table chose the family leave it out (tensor cores).
 struct TunedLaunchRow {
   int head_dim;
   int group;
   int min_work;
   SplitKvLaunchConfig config;
+  SplitKvFamily family = SplitKvFamily::kTensorCore;
 };
 // The rows compiled in for a KV cache type, each sorted by (head_dim, group, min_work): FP16 from
 // kernels/tc_launch_table.inc, FP8 E4M3 from kernels/tc_fp8_launch_table.inc (each written by
 // bench/kernels_launch_sweep_bench --kv-cache-type ... --table-out).
 std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type = KvCacheType::kFp16);
-// What dispatch uses: the tensor-core family's row for (shape, capacity) from the table of the
-// shape's cache type, or the default configuration where the table has none; always the default
-// for the SIMT family. An FP8 shape whose (head_dim, group) has no FP8 row takes the FP16 row's
-// splitting with the CTA size built for FP8 (kTcFp8Warps).
+struct TunedSplitKv {
+  SplitKvFamily family = SplitKvFamily::kTensorCore;
+  SplitKvLaunchConfig config;
+};
+// What variant "split_kv" launches for (shape, capacity): the row of the shape's cache type, or
+// the tensor-core family under the default configuration where the table has none. An FP8 shape
+// whose (head_dim, group) has no FP8 row takes the FP16 row's splitting on the tensor-core
+// family with the CTA size built for FP8 (kTcFp8Warps).
+TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity);
+// The configuration of `family` for (shape, capacity): TunedSplitKvLaunch's where it names this
+// family, else the default configuration.
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity);
 
 // Kernel arguments every paged-decode kernel takes: the pools, the batch's metadata, q, out, lse.

@@ -1,4 +1,5 @@
-// Variant "split_kv" (production): split-KV flash-decoding on tensor cores. Changed from
+// The tensor-core family of variant "split_kv" (production; its tuned table picks this family
+// or split_kv_simt's per shape and batch): split-KV flash-decoding on tensor cores. Changed from
 // "split_kv_simt": q·K^T and p·V run as mma.sync m16n8k16 (FP16 in, FP32 accumulate) instead of
 // FP32 FMAs + lane shuffles, which made GQA issue-bound (G=8 reached 0.49 of the read ceiling).
 // Each warp streams its own 16-token tiles through a private 3-stage cp.async ring (swizzled

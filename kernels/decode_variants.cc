@@ -20,10 +20,11 @@ constexpr SplitKvFamily kTensorCore = SplitKvFamily::kTensorCore;
 constexpr std::array<DecodeVariant, 4> kVariants = {{
     {kSimpleVariantName, SimpleSupports, MaxContextBucket, PlanSimple, RunSimple},
     {kGemmVariantName, GemmSupports, GemmKvLengthBuckets, PlanGemm, RunGemm},
-    {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, MaxContextBucket, PlanSplitKvTuned<kSimt>,
+    {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, MaxContextBucket, PlanSplitKvSimt,
      RunSplitKv<kSimt>},
+    // Either family, as the tuned table says (RunSplitKv launches whichever the plan holds).
     {SplitKvVariantName(kTensorCore), SplitKvSupports<kTensorCore>, MaxContextBucket,
-     PlanSplitKvTuned<kTensorCore>, RunSplitKv<kTensorCore>},
+     PlanSplitKvTuned, RunSplitKv<kTensorCore>},
 }};
 
 // The CUDA-free list of names (variant_names.h) is this table's, in order.

@@ -1,5 +1,6 @@
 // The tuned launch table of the split-KV kernels (study 4) and its lookup: dispatch asks
-// TunedLaunchConfig for a (shape, capacity) and launches what the sweep found fastest there.
+// TunedSplitKvLaunch for a (shape, capacity) and launches the family and configuration the sweep
+// found fastest there.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -59,24 +60,30 @@ std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type) {
   return Rows(kv_cache_type);
 }
 
-SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape,
-                                      int capacity) {
-  SplitKvLaunchConfig config;
+TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity) {
+  TunedSplitKv tuned;
   // Invalid shapes get the default: the launch rejects them with a Status naming the field.
-  if (family != SplitKvFamily::kTensorCore || shape.num_kv_heads <= 0) return config;
+  if (shape.num_kv_heads <= 0) return tuned;
   const int work = std::max(1, capacity) * shape.num_kv_heads;
   const int group = shape.group_size();
   const bool fp8 = shape.kv_cache_type == KvCacheType::kFp8E4M3;
   if (fp8) {
     if (const TunedLaunchRow* row = FindRow(Rows(KvCacheType::kFp8E4M3), shape.head_dim, group, work)) {
-      return row->config;
+      return {row->family, row->config};
     }
   }
   if (const TunedLaunchRow* row = FindRow(Rows(KvCacheType::kFp16), shape.head_dim, group, work)) {
-    config = row->config;
+    tuned = {row->family, row->config};
   }
-  if (fp8) config.warps = kTcFp8Warps;
-  return config;
+  if (fp8) tuned = {SplitKvFamily::kTensorCore, {kTcFp8Warps, tuned.config.ctas_per_sm,
+                                                  tuned.config.min_split_tokens}};
+  return tuned;
+}
+
+SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape,
+                                      int capacity) {
+  const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity);
+  return tuned.family == family ? tuned.config : SplitKvLaunchConfig{};
 }
 
 }  // namespace attnrt::kernels

@@ -159,6 +159,7 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
   ATTNRT_RETURN_IF_ERROR(CheckLaunchConfig(family, config, shape.head_dim));
   ATTNRT_ASSIGN_OR_RETURN(const SplitKvKernel k, KernelFor(family, config, shape));
   ATTNRT_ASSIGN_OR_RETURN(const int resident, PrepareKernel(k, request.device, config));
+  plan.split_kv_family = family;
   plan.split_kv_config = config;
   plan.split_kv = SplitsFor(k, request.device.sm_count, resident, config, shape, plan.capacity);
   plan.fuses_append =
@@ -184,11 +185,19 @@ Status SplitKvSupports(const ModelShape& shape) {
   return CheckKernelShape(shape, SplitKvVariantName(kFamily), /*reads_fp8=*/true);
 }
 
-template <SplitKvFamily kFamily>
 StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request) {
   // (An out-of-range capacity picks some row; StartPlan then rejects the request naming it.)
   const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
-  return PlanSplitKv(kFamily, TunedLaunchConfig(kFamily, request.shape, capacity), request);
+  const TunedSplitKv tuned = TunedSplitKvLaunch(request.shape, capacity);
+  ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, PlanSplitKv(tuned.family, tuned.config, request));
+  plan.variant = SplitKvVariantName(SplitKvFamily::kTensorCore);  // "split_kv", either family
+  return plan;
+}
+
+StatusOr<DecodePlan> PlanSplitKvSimt(const DecodePlanRequest& request) {
+  const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
+  return PlanSplitKv(SplitKvFamily::kSimt,
+                     TunedLaunchConfig(SplitKvFamily::kSimt, request.shape, capacity), request);
 }
 
 template <SplitKvFamily kFamily>
@@ -215,7 +224,6 @@ Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const Kv
 
 #define ATTNRT_SPLIT_KV_VARIANT(family)                                                     \
   template Status SplitKvSupports<family>(const ModelShape&);                               \
-  template StatusOr<DecodePlan> PlanSplitKvTuned<family>(const DecodePlanRequest&);         \
   template Status RunSplitKv<family>(const DecodePlan&, const DecodeBatchView&,             \
                                      const KvPoolView&, DecodeWorkspace,                    \
                                      const DecodeRunContext&);

@@ -154,8 +154,10 @@ inline StatusOr<PlacedTables> PlaceBlockTables(int block_size, int max_context,
 }
 
 // One layer; row i attends lengths[i] tokens whose blocks are placed per BlockOrder. K/V are N(0,1) (FP16,
-// or their E4M3 codes with every scale 1.0), q is N(0,1); out and lse are left unwritten;
-// k_new/v_new are null (plan DecodeStep::kDecode). The views point at its device memory.
+// or their E4M3 codes with every scale 1.0), q and the new token's k_new/v_new are N(0,1); out
+// and lse are left unwritten. A kAppendAndDecode plan writes k_new/v_new at position length - 1
+// of each row (the same values every run); a kDecode plan ignores them. The views point at its
+// device memory.
 struct DeviceDecodeBatch {
   ModelShape shape;
   int capacity = 0;
@@ -167,6 +169,8 @@ struct DeviceDecodeBatch {
   std::int32_t* d_layers = nullptr;
   std::int32_t* d_tables = nullptr;
   Half* q = nullptr;
+  Half* k_new = nullptr;  // [capacity][Hkv][D]
+  Half* v_new = nullptr;
   Half* out = nullptr;
   float* lse = nullptr;
   float* d_scales = nullptr;  // FP8 cache: K's then V's scale per kv head (1.0); null for FP16
@@ -187,7 +191,8 @@ struct DeviceDecodeBatch {
   }
   ~DeviceDecodeBatch() {
     for (void* p : {k_pool, v_pool, static_cast<void*>(d_lengths), static_cast<void*>(d_layers),
-                    static_cast<void*>(d_tables), static_cast<void*>(q), static_cast<void*>(out),
+                    static_cast<void*>(d_tables), static_cast<void*>(q),
+                    static_cast<void*>(k_new), static_cast<void*>(v_new), static_cast<void*>(out),
                     static_cast<void*>(lse), static_cast<void*>(d_scales)}) {
       cudaFree(p);  // null for what was never allocated
     }
@@ -242,7 +247,10 @@ struct DeviceDecodeBatch {
     const std::size_t pool_bytes = static_cast<std::size_t>(pool_elems) * (fp8() ? 1 : 2);
     ATTNRT_CUDA_RETURN(cudaMalloc(&k_pool, pool_bytes));
     ATTNRT_CUDA_RETURN(cudaMalloc(&v_pool, pool_bytes));
+    const std::int64_t new_elems = static_cast<std::int64_t>(capacity) * s.kv_token_elems();
     ATTNRT_CUDA_RETURN(cudaMalloc(&q, q_elems * sizeof(Half)));
+    ATTNRT_CUDA_RETURN(cudaMalloc(&k_new, new_elems * sizeof(Half)));
+    ATTNRT_CUDA_RETURN(cudaMalloc(&v_new, new_elems * sizeof(Half)));
     ATTNRT_CUDA_RETURN(cudaMalloc(&out, q_elems * sizeof(Half)));
     ATTNRT_CUDA_RETURN(cudaMalloc(&lse, static_cast<std::size_t>(capacity) * s.num_q_heads * 4));
     ATTNRT_CUDA_RETURN(cudaMalloc(&d_lengths, capacity * 4));
@@ -270,6 +278,10 @@ struct DeviceDecodeBatch {
     }
     ATTNRT_RETURN_IF_ERROR(
         FillNormalAsync(reinterpret_cast<__half*>(q), q_elems, seed * 3 + 2, stream));
+    ATTNRT_RETURN_IF_ERROR(
+        FillNormalAsync(reinterpret_cast<__half*>(k_new), new_elems, seed * 5 + 3, stream));
+    ATTNRT_RETURN_IF_ERROR(
+        FillNormalAsync(reinterpret_cast<__half*>(v_new), new_elems, seed * 5 + 4, stream));
     ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream));
 
     pools.k = static_cast<Half*>(k_pool);
@@ -287,8 +299,8 @@ struct DeviceDecodeBatch {
     batch.layers = d_layers;
     batch.block_tables = d_tables;
     batch.q = q;
-    batch.k_new = nullptr;
-    batch.v_new = nullptr;
+    batch.k_new = k_new;
+    batch.v_new = v_new;
     batch.out = out;
     batch.lse = lse;
     batch.scale = s.scale();

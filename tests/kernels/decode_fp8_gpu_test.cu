@@ -122,7 +122,9 @@ void RunFp8Case(const std::string& variant, const ModelShape& shape,
   const StatusOr<DecodePlan> plan = v.plan(request);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   // Only the tensor-core kernel appends inside itself; the others' runs launch the append kernel.
-  EXPECT_EQ(plan->fuses_append, mode == AppendMode::kByPlan && v.name == "split_kv");
+  EXPECT_EQ(plan->fuses_append,
+            mode == AppendMode::kByPlan && v.name == "split_kv" &&
+                plan->split_kv_family == SplitKvFamily::kTensorCore);
   DeviceArray<char> ws_storage;
   DecodeWorkspace ws;
   ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));

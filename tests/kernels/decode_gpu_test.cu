@@ -65,21 +65,23 @@ const char* AppendModeName(AppendMode mode) {
   return mode == AppendMode::kByPlan ? "append in the plan" : "append by the caller";
 }
 
-// What a case runs: a table entry's own plan, or (config set) the tensor-core split-KV family
-// under an explicit launch configuration (study 4's settings), run by the split_kv entry.
+// What a case runs: a table entry's own plan, or (config set) a split-KV family under an
+// explicit launch configuration (study 4's settings), run by that family's entry.
 struct CaseLaunch {
   const DecodeVariant* variant = nullptr;
   std::optional<SplitKvLaunchConfig> config;
+  SplitKvFamily family = SplitKvFamily::kTensorCore;
 
   std::string name() const {
-    return config ? "split_kv " + ToString(*config) : std::string(variant->name);
+    return config ? std::string(variant->name) + " " + ToString(*config)
+                  : std::string(variant->name);
   }
   StatusOr<DecodePlan> Plan(const ModelShape& shape, int capacity, AppendMode mode) const {
     ATTNRT_ASSIGN_OR_RETURN(const DecodeDevice device, CurrentDecodeDevice());
     const DecodePlanRequest request{
         shape, capacity, 0,
         mode == AppendMode::kByPlan ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode, device};
-    if (config) return PlanSplitKv(SplitKvFamily::kTensorCore, *config, request);
+    if (config) return PlanSplitKv(family, *config, request);
     return variant->plan(request);
   }
   // Appends (kByCaller) and runs `plan` on `stream`.
@@ -93,8 +95,9 @@ struct CaseLaunch {
 };
 
 CaseLaunch TableCase(const DecodeVariant& v) { return CaseLaunch{&v, std::nullopt}; }
-CaseLaunch ConfigCase(const SplitKvLaunchConfig& config) {
-  return CaseLaunch{&Variant("split_kv"), config};
+CaseLaunch ConfigCase(const SplitKvLaunchConfig& config,
+                      SplitKvFamily family = SplitKvFamily::kTensorCore) {
+  return CaseLaunch{&Variant(std::string(SplitKvVariantName(family))), config, family};
 }
 
 // Runs append + decode for `host` on the device and compares with the reference run on `host`
@@ -468,8 +471,40 @@ TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
     std::vector<int> lengths(capacity, 0);
     for (int i = 0; i < capacity; ++i) lengths[i] = 1 + (i * 2654435761u) % 2048;
     SCOPED_TRACE("row D" + std::to_string(row.head_dim) + " G" + std::to_string(row.group) +
+                 " min_work " + std::to_string(row.min_work) + " " +
+                 std::string(SplitKvVariantName(row.family)));
+    RunCase(ConfigCase(row.config, row.family), shape, lengths, {.seed = 77});
+  }
+}
+
+// The default variant launches the family and configuration of the row for its work: the SIMT
+// kernel (the append kernel before it) where the row says so, else the tensor-core kernel with
+// the append fused.
+TEST(TunedLaunchTableTest, DefaultVariantPlansTheRowsFamily) {
+  SKIP_WITHOUT_GPU();
+  const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  const DecodeVariant& v = DefaultDecodeVariant();
+  for (const TunedLaunchRow& row : TunedLaunchTable()) {
+    const int hkv = 2;
+    const ModelShape shape = DecodeShape(row.group * hkv, hkv, row.head_dim, 16, 1, 4096);
+    const int capacity = (row.min_work + hkv - 1) / hkv;
+    SCOPED_TRACE("row D" + std::to_string(row.head_dim) + " G" + std::to_string(row.group) +
                  " min_work " + std::to_string(row.min_work));
-    RunCase(ConfigCase(row.config), shape, lengths, {.seed = 77});
+    const StatusOr<DecodePlan> plan =
+        v.plan({shape, capacity, 0, DecodeStep::kAppendAndDecode, *device});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity);
+    EXPECT_EQ(plan->variant, v.name);
+    EXPECT_EQ(plan->split_kv_family, tuned.family);
+    EXPECT_TRUE(plan->split_kv_config == tuned.config) << ToString(plan->split_kv_config);
+    EXPECT_EQ(plan->fuses_append, tuned.family == SplitKvFamily::kTensorCore);
+    const StatusOr<DecodePlan> same =
+        PlanSplitKv(tuned.family, tuned.config, {shape, capacity, 0,
+                                                 DecodeStep::kAppendAndDecode, *device});
+    ASSERT_TRUE(same.ok()) << same.status().ToString();
+    EXPECT_EQ(plan->decode.fn, same->decode.fn);
+    EXPECT_EQ(plan->decode.grid.x, same->decode.grid.x);
   }
 }
 

@@ -27,8 +27,12 @@ TEST(LaunchTableTest, RowsAreSupportedAndOrdered) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const TunedLaunchRow& r = rows[i];
       SCOPED_TRACE(std::string(KvCacheTypeName(type)) + " row " + std::to_string(i));
-      EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, r.config, r.head_dim, type).ok())
-          << CheckLaunchConfig(SplitKvFamily::kTensorCore, r.config, r.head_dim, type).ToString();
+      EXPECT_TRUE(CheckLaunchConfig(r.family, r.config, r.head_dim, type).ok())
+          << CheckLaunchConfig(r.family, r.config, r.head_dim, type).ToString();
+      // The FP8 table is the tensor-core family's (an FP8 shape never falls back to SIMT).
+      if (type == KvCacheType::kFp8E4M3) {
+        EXPECT_EQ(r.family, SplitKvFamily::kTensorCore);
+      }
       EXPECT_TRUE(r.group == 1 || r.group == 2 || r.group == 4 || r.group == 8) << r.group;
       EXPECT_GE(r.min_work, 1);
       if (i > 0) {
@@ -45,21 +49,28 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
   for (const TunedLaunchRow& r : rows) {
     // kv heads 1: work items = capacity.
     const ModelShape s = Shape(r.group, 1, r.head_dim);
-    const SplitKvLaunchConfig at = TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work);
-    EXPECT_TRUE(at == r.config) << "D" << r.head_dim << " G" << r.group << " work "
-                                          << r.min_work << ": got " << ToString(at);
+    const TunedSplitKv at = TunedSplitKvLaunch(s, r.min_work);
+    EXPECT_TRUE(at.config == r.config && at.family == r.family)
+        << "D" << r.head_dim << " G" << r.group << " work " << r.min_work << ": got "
+        << SplitKvVariantName(at.family) << " " << ToString(at.config);
+    // A family asks for its configuration: the row's where the row names it, else the default.
+    const SplitKvFamily other = r.family == SplitKvFamily::kSimt ? SplitKvFamily::kTensorCore
+                                                                  : SplitKvFamily::kSimt;
+    EXPECT_TRUE(TunedLaunchConfig(r.family, s, r.min_work) == r.config);
+    EXPECT_TRUE(TunedLaunchConfig(other, s, r.min_work) == SplitKvLaunchConfig{});
   }
-  // A (head dim, group) no row names (D 256, G 8) gets the default configuration, as does the
-  // SIMT family.
+  // A (head dim, group) no row names (D 256, G 8) gets the tensor-core family under the default
+  // configuration.
   const SplitKvLaunchConfig def;
   EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4) == def);
-  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kSimt, Shape(32, 32, 128), 32) == def);
+  EXPECT_EQ(TunedSplitKvLaunch(Shape(16, 2, 256), 4).family, SplitKvFamily::kTensorCore);
   // An FP8 shape takes its own table's row, else the FP16 row's splitting with the FP8 CTA size.
   for (const TunedLaunchRow& r : TunedLaunchTable(KvCacheType::kFp16)) {
     ModelShape s = Shape(r.group, 1, r.head_dim);
     s.kv_cache_type = KvCacheType::kFp8E4M3;
     const SplitKvLaunchConfig at = TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work);
     EXPECT_EQ(at.warps, kTcFp8Warps);
+    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work).family, SplitKvFamily::kTensorCore);
     EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, at, r.head_dim,
                                   KvCacheType::kFp8E4M3).ok()) << ToString(at);
     bool own_row = false;
@@ -75,6 +86,7 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
     ModelShape s = Shape(r.group, 1, r.head_dim);
     s.kv_cache_type = KvCacheType::kFp8E4M3;
     EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work) == r.config);
+    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work).family, SplitKvFamily::kTensorCore);
   }
   // An invalid shape does not crash the lookup (the launch reports it).
   EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4) == def);
