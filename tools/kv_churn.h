@@ -159,9 +159,12 @@ class KvChurn {
                                   std::to_string(config_.max_context));
     }
     const std::int64_t need = BlocksOf(prompt);
-    // Preempt churning sequences (from a rotating slot) until the prompt and the reserve fit.
-    for (std::size_t tries = 0; allocator_->num_free() < need + reserve_ && tries < slots_.size();
-         ++tries) {
+    // Preempt churning sequences (from a rotating slot) until the prompt, the blocks this
+    // sequence will still take and the reserve fit (not the prompt alone: the churning ones
+    // would take the rest and starve its decode).
+    const std::int64_t all_it_needs = BlocksOf(target);
+    for (std::size_t tries = 0;
+         allocator_->num_free() < all_it_needs + reserve_ && tries < slots_.size(); ++tries) {
       Slot& s = slots_[evict_next_++ % slots_.size()];
       if (!s.live) continue;
       ATTNRT_RETURN_IF_ERROR(Stop(&s));

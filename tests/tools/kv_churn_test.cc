@@ -67,6 +67,25 @@ TEST(AllocatorBlockTablesTest, EachRowGetsItsBlocksOnceWithinThePool) {
   EXPECT_EQ(again->pool_blocks, t->pool_blocks);
 }
 
+// The launch sweep's and the decode benchmark's batches: one row or many, short or long rows,
+// a max_context far past them, many seeds. Every one gets its tables (a pinned row's decode
+// once found the churning sequences holding every block: 1 row of 256, seed 127).
+TEST(AllocatorBlockTablesTest, EveryBenchmarkBatchGetsItsTables) {
+  for (int rows : {1, 4, 32}) {
+    for (int length : {1, 17, 256, 4096}) {
+      for (std::uint64_t seed = 100; seed < 132; ++seed) {  // 127: a row once starved
+        const std::vector<int> lengths(rows, length);
+        auto t = AllocatorBlockTables(16, 65536, lengths, seed);
+        ASSERT_TRUE(t.ok()) << rows << " rows of " << length << ", seed " << seed << ": "
+                            << t.status().ToString();
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          EXPECT_EQ(t->tables[i].size(), static_cast<std::size_t>((length + 15) / 16));
+        }
+      }
+    }
+  }
+}
+
 TEST(AllocatorBlockTablesTest, LengthOutOfRangeIsInvalidArgument) {
   auto t = AllocatorBlockTables(16, 4096, {100, 4097});
   ASSERT_EQ(t.status().code(), StatusCode::kInvalidArgument);
