@@ -5,8 +5,10 @@
 // that yields a distinct launch at several context lengths (CUDA-graph replays of back-to-back
 // steps, append + decode by default as serving runs them, cycling over input sets larger than L2
 // with blocks placed by the KV cache's allocator; CUDA events; median of 7 replays after 2
-// warm-ups), and picks for the (D, G, work) the family and configuration with the best geometric
-// mean of time / (best time at that length). The default (tensor cores, default configuration)
+// warm-ups), and picks for the (D, G, work) and each context class (plans of max_kv_length <=
+// kSplitKvShortContext, planned and scored at the contexts up to it; the rest) the family and
+// configuration with the best geometric mean of time / (best time at that length) over the
+// class's contexts. The default (tensor cores, default configuration)
 // is kept unless another is more than 1% better. --table-out writes the picks as
 // kernels/tc_launch_table.inc (what variant "split_kv" reads); --json-out writes every timing for
 // bench/studies/make_gemm_report.py.
@@ -159,12 +161,13 @@ ModelShape ShapeOf(const Family& f, KvCacheType kv_cache_type) {
 }
 
 // The split-KV plan of candidate `c` for `capacity` batch rows on this device.
+// Planned for `context` as the runtime plans it (the context class holding it).
 kernels::DecodePlan PlanCandidate(const ModelShape& shape, int capacity, const Candidate& c,
-                                  kernels::DecodeStep step) {
+                                  kernels::DecodeStep step, int context) {
   const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
   CheckOk(device, "CurrentDecodeDevice");
   StatusOr<kernels::DecodePlan> plan =
-      kernels::PlanSplitKv(c.family, c.config, {shape, capacity, 0, step, *device});
+      kernels::PlanSplitKv(c.family, c.config, {shape, capacity, context, step, *device});
   CheckOk(plan, "PlanSplitKv");
   return *plan;
 }
@@ -200,8 +203,14 @@ std::string Json(const Candidate& candidate) {
   return os.str();
 }
 
+// The table row class of a context: kSplitKvShortContext for the short class, 0 for the rest.
+int ClassOf(int context) {
+  return context <= kernels::kSplitKvShortContext ? kernels::kSplitKvShortContext : 0;
+}
+
 struct Pick {
   int head_dim, group, work, batch;
+  int max_kv_length;  // the row class (ClassOf)
   Candidate candidate;
   double score, default_score;
 };
@@ -323,7 +332,7 @@ int Run(int argc, char** argv) {
         std::map<std::tuple<int, int, int, int, int>, double> timed;
         double best = 1e30;
         for (const Candidate& c : candidates) {
-          const kernels::DecodePlan decode_plan = PlanCandidate(shape, batch, c, step);
+          const kernels::DecodePlan decode_plan = PlanCandidate(shape, batch, c, step, context);
           const kernels::SplitKvPlan& plan = decode_plan.split_kv;
           const kernels::RowSplit ss = kernels::SplitRow(context, plan);
           const auto key = std::make_tuple(static_cast<int>(c.family), c.config.warps,
@@ -346,34 +355,41 @@ int Run(int argc, char** argv) {
                      timed.size(), best, (kv_bytes + qo_bytes) / (best * 1e-6) / 1e12);
       }
       if (best_at.empty()) continue;
-      // Score each candidate over the contexts: geometric mean of time / best.
-      std::map<decltype(kDefaultCandidate.key()), std::pair<Candidate, std::pair<double, int>>>
-          log_sum;
-      for (std::size_t i : rows_of_batch) {
-        const Timing& t = timings[i];
-        auto& entry = log_sum.try_emplace(t.candidate.key(), t.candidate, std::pair{0.0, 0})
-                          .first->second;
-        entry.second.first += std::log(t.us / best_at[t.context]);
-        ++entry.second.second;
-      }
-      Pick pick{fam.head_dim, group, batch * fam.kv_heads, batch, kDefaultCandidate, 1e30, 1e30};
-      for (const auto& [key, entry] : log_sum) {
-        const auto& [c, sc] = entry;
-        const double score = std::exp(sc.first / sc.second);
-        if (c == kDefaultCandidate) pick.default_score = score;
-        if (score < pick.score) {
-          pick.score = score;
-          pick.candidate = c;
+      // Score each candidate over the contexts of each class: geometric mean of time / best.
+      for (const int row_class : {0, kernels::kSplitKvShortContext}) {
+        std::map<decltype(kDefaultCandidate.key()), std::pair<Candidate, std::pair<double, int>>>
+            log_sum;
+        for (std::size_t i : rows_of_batch) {
+          const Timing& t = timings[i];
+          if (ClassOf(t.context) != row_class) continue;
+          auto& entry = log_sum.try_emplace(t.candidate.key(), t.candidate, std::pair{0.0, 0})
+                            .first->second;
+          entry.second.first += std::log(t.us / best_at[t.context]);
+          ++entry.second.second;
         }
+        if (log_sum.empty()) continue;
+        Pick pick{fam.head_dim, group,           batch * fam.kv_heads, batch, row_class,
+                  kDefaultCandidate, 1e30, 1e30};
+        for (const auto& [key, entry] : log_sum) {
+          const auto& [c, sc] = entry;
+          const double score = std::exp(sc.first / sc.second);
+          if (c == kDefaultCandidate) pick.default_score = score;
+          if (score < pick.score) {
+            pick.score = score;
+            pick.candidate = c;
+          }
+        }
+        if (pick.default_score <= pick.score * kKeepDefaultWithin) {
+          pick.candidate = kDefaultCandidate;
+          pick.score = pick.default_score;
+        }
+        picks.push_back(pick);
+        std::printf("D=%-3d G=%d B=%-3d work=%-4d %-5s contexts: pick %-58s score %.3f (default "
+                    "%.3f)\n",
+                    pick.head_dim, pick.group, pick.batch, pick.work,
+                    row_class == 0 ? "long" : "short", ToString(pick.candidate).c_str(),
+                    pick.score, pick.default_score);
       }
-      if (pick.default_score <= pick.score * kKeepDefaultWithin) {
-        pick.candidate = kDefaultCandidate;
-        pick.score = pick.default_score;
-      }
-      picks.push_back(pick);
-      std::printf("D=%-3d G=%d B=%-3d work=%-4d pick %-58s score %.3f (default %.3f)\n",
-                  pick.head_dim, pick.group, pick.batch, pick.work,
-                  ToString(pick.candidate).c_str(), pick.score, pick.default_score);
     }
   }
 
@@ -395,16 +411,18 @@ int Run(int argc, char** argv) {
   }
 
   std::sort(picks.begin(), picks.end(), [](const Pick& a, const Pick& b) {
-    return std::tie(a.head_dim, a.group, a.work) < std::tie(b.head_dim, b.group, b.work);
+    return std::tie(a.head_dim, a.group, a.max_kv_length, a.work) <
+           std::tie(b.head_dim, b.group, b.max_kv_length, b.work);
   });
   if (!table_out.empty()) {
     std::ofstream f(table_out);
     f << "// Tuned split-KV kernel family and launch configuration"
       << (kv_cache_type == KvCacheType::kFp8E4M3 ? " over an FP8 E4M3 KV cache" : "")
       << ", one row per\n"
-         "// {head_dim, group, min_work, {warps, ctas_per_sm, min_split_tokens}, family}: used "
-         "for work\n"
-         "// items (capacity * num_kv_heads) >= min_work up to the next row of the same (D, G).\n"
+         "// {head_dim, group, min_work, {warps, ctas_per_sm, min_split_tokens}, family,\n"
+         "// max_kv_length}: used for work items (capacity * num_kv_heads) >= min_work up to the\n"
+         "// next row of the same (D, G, max_kv_length), in plans of that context class (8192:\n"
+         "// max_kv_length <= 8192, scored at the contexts <= 8192; 0: the rest).\n"
          "// Written by bench/kernels_launch_sweep_bench --kv-cache-type "
       << cache_type << " --table-out; do not edit by hand.\n"
       << "// " << prop.name << ", " << date << ", commit " << (commit.empty() ? "unknown" : commit)
@@ -414,7 +432,9 @@ int Run(int argc, char** argv) {
     // it is left out.
     for (std::size_t i = 0; i < picks.size(); ++i) {
       const Pick& p = picks[i];
-      const bool first = i == 0 || picks[i - 1].head_dim != p.head_dim || picks[i - 1].group != p.group;
+      const bool first = i == 0 || picks[i - 1].head_dim != p.head_dim ||
+                         picks[i - 1].group != p.group ||
+                         picks[i - 1].max_kv_length != p.max_kv_length;
       int min_work = 1;
       if (!first) {
         if (picks[i - 1].candidate == p.candidate) continue;
@@ -423,11 +443,11 @@ int Run(int argc, char** argv) {
       const SplitKvLaunchConfig& c = p.candidate.config;
       char line[240];
       std::snprintf(line, sizeof line,
-                    "{%d, %d, %d, {%d, %d, %d}, SplitKvFamily::%s},  // swept at work %d (B=%d): "
-                    "score %.3f, default %.3f\n",
+                    "{%d, %d, %d, {%d, %d, %d}, SplitKvFamily::%s, %d},  // swept at work %d "
+                    "(B=%d): score %.3f, default %.3f\n",
                     p.head_dim, p.group, min_work, c.warps, c.ctas_per_sm, c.min_split_tokens,
-                    p.candidate.family == kSimt ? "kSimt" : "kTensorCore", p.work, p.batch,
-                    p.score, p.default_score);
+                    p.candidate.family == kSimt ? "kSimt" : "kTensorCore", p.max_kv_length,
+                    p.work, p.batch, p.score, p.default_score);
       f << line;
     }
     std::printf("\nwrote %s\n", table_out.c_str());
@@ -452,8 +472,8 @@ int Run(int argc, char** argv) {
     for (std::size_t i = 0; i < picks.size(); ++i) {
       const Pick& p = picks[i];
       f << "    {\"head_dim\": " << p.head_dim << ", \"group\": " << p.group
-        << ", \"batch\": " << p.batch << ", \"work\": " << p.work << ", \"config\": "
-        << Json(p.candidate) << ", \"score\": " << p.score << ", \"default_score\": "
+        << ", \"batch\": " << p.batch << ", \"work\": " << p.work
+        << ", \"max_kv_length\": " << p.max_kv_length << ", \"config\": " << Json(p.candidate) << ", \"score\": " << p.score << ", \"default_score\": "
         << p.default_score << "}" << (i + 1 < picks.size() ? "," : "") << "\n";
     }
     f << "  ]\n}\n";

@@ -99,8 +99,9 @@ struct DecodePlan {
   std::string_view variant;  // the table entry that made it; only that entry's run takes it
   ModelShape shape;
   int capacity = 0;
-  int max_kv_length = 0;     // the longest kv_length a run handles (the GEMM path's Tpad, else
-                             // shape.max_context)
+  int max_kv_length = 0;     // the longest kv_length the plan is made for: the GEMM path's Tpad
+                             // (it runs nothing longer), split-KV's context class (longer rows
+                             // run correctly, only slower), else shape.max_context
   DecodeStep step = DecodeStep::kAppendAndDecode;
   bool fuses_append = false;  // the decode kernel appends (the tensor-core family); else, for
                               // kAppendAndDecode, the run launches the append kernel first
@@ -135,7 +136,8 @@ struct DecodeVariant {
   // naming the field. Host only, no device needed.
   Status (*supports)(const ModelShape& shape);
   // The max_kv_length values to plan one graph each for, ascending: {shape.max_context} for a
-  // path whose plan runs any length; the GEMM path's Tpad buckets (clipped to max_context).
+  // path whose plan runs any length alike; split-KV's context classes; the GEMM path's Tpad
+  // buckets (clipped to max_context).
   std::vector<int> (*kv_length_buckets)(const ModelShape& shape);
   // Decides grid, launch configuration, splits and workspace for the request: InvalidArgument or
   // Unimplemented naming the request field (request.capacity, request.shape.head_dim, ...)

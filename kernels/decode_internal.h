@@ -97,6 +97,12 @@ constexpr std::string_view SplitKvVariantName(SplitKvFamily family) {
 // The variants' table hooks (instantiated for both families in split_kv_launch.cu).
 template <SplitKvFamily kFamily>
 Status SplitKvSupports(const ModelShape& shape);
+// Split-KV plans come in two context classes, each with its own rows in the tuned table (the
+// best CTA shape and splitting at 256-4096 tokens is not the best at 16K-64K): plans of
+// max_kv_length <= kSplitKvShortContext, and plans of any length up to max_context.
+inline constexpr int kSplitKvShortContext = 8192;
+// {kSplitKvShortContext, max_context} when max_context is longer, else {max_context}.
+std::vector<int> SplitKvKvLengthBuckets(const ModelShape& shape);
 // Variant "split_kv": the family and configuration of TunedSplitKvLaunch.
 StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request);
 // Variant "split_kv_simt": the SIMT family under TunedLaunchConfig(kSimt, ...).
@@ -138,16 +144,20 @@ Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config
                          KvCacheType kv_cache_type = KvCacheType::kFp16);
 
 // One row of the tuned table: the kernel family and configuration for a (head_dim, group) at
-// work items (capacity * num_kv_heads) >= min_work, up to the next row's min_work. Rows written
-// before the table chose the family leave it out (tensor cores).
+// work items (capacity * num_kv_heads) >= min_work, up to the next row's min_work, for plans of
+// the context class `max_kv_length` (kSplitKvShortContext: plans of max_kv_length <= it; 0: any
+// plan, the rows a short plan falls back to where its class has none). Rows written before the
+// table chose the family or the class leave them out (tensor cores, any length).
 struct TunedLaunchRow {
   int head_dim;
   int group;
   int min_work;
   SplitKvLaunchConfig config;
   SplitKvFamily family = SplitKvFamily::kTensorCore;
+  int max_kv_length = 0;
 };
-// The rows compiled in for a KV cache type, each sorted by (head_dim, group, min_work): FP16 from
+// The rows compiled in for a KV cache type, each sorted by (head_dim, group, max_kv_length,
+// min_work): FP16 from
 // kernels/tc_launch_table.inc, FP8 E4M3 from kernels/tc_fp8_launch_table.inc (each written by
 // bench/kernels_launch_sweep_bench --kv-cache-type ... --table-out).
 std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type = KvCacheType::kFp16);
@@ -155,14 +165,16 @@ struct TunedSplitKv {
   SplitKvFamily family = SplitKvFamily::kTensorCore;
   SplitKvLaunchConfig config;
 };
-// What variant "split_kv" launches for (shape, capacity): the row of the shape's cache type, or
-// the tensor-core family under the default configuration where the table has none. An FP8 shape
+// What variant "split_kv" launches for (shape, capacity) in a plan of `max_kv_length` (0:
+// shape.max_context): the row of the shape's cache type and the plan's context class, or the
+// tensor-core family under the default configuration where the table has none. An FP8 shape
 // whose (head_dim, group) has no FP8 row takes the FP16 row's splitting on the tensor-core
 // family with the CTA size built for FP8 (kTcFp8Warps).
-TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity);
-// The configuration of `family` for (shape, capacity): TunedSplitKvLaunch's where it names this
-// family, else the default configuration.
-SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity);
+TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length = 0);
+// The configuration of `family` for (shape, capacity, max_kv_length): TunedSplitKvLaunch's where
+// it names this family, else the default configuration.
+SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity,
+                                      int max_kv_length = 0);
 
 // Kernel arguments every paged-decode kernel takes: the pools, the batch's metadata, q, out, lse.
 struct PagedDecodeParams {

@@ -20,10 +20,10 @@ constexpr SplitKvFamily kTensorCore = SplitKvFamily::kTensorCore;
 constexpr std::array<DecodeVariant, 4> kVariants = {{
     {kSimpleVariantName, SimpleSupports, MaxContextBucket, PlanSimple, RunSimple},
     {kGemmVariantName, GemmSupports, GemmKvLengthBuckets, PlanGemm, RunGemm},
-    {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, MaxContextBucket, PlanSplitKvSimt,
+    {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, SplitKvKvLengthBuckets, PlanSplitKvSimt,
      RunSplitKv<kSimt>},
     // Either family, as the tuned table says (RunSplitKv launches whichever the plan holds).
-    {SplitKvVariantName(kTensorCore), SplitKvSupports<kTensorCore>, MaxContextBucket,
+    {SplitKvVariantName(kTensorCore), SplitKvSupports<kTensorCore>, SplitKvKvLengthBuckets,
      PlanSplitKvTuned, RunSplitKv<kTensorCore>},
 }};
 

@@ -20,14 +20,24 @@ const std::vector<TunedLaunchRow>& Rows(KvCacheType kv_cache_type) {
   return kv_cache_type == KvCacheType::kFp8E4M3 ? fp8 : fp16;
 }
 
-// The last row of `rows` for (head_dim, group) with min_work <= work, or null.
+// The last row of `rows` for (head_dim, group) and the context class of a plan of
+// `max_kv_length` with min_work <= work (the any-length rows where the short class has none),
+// or null.
 const TunedLaunchRow* FindRow(const std::vector<TunedLaunchRow>& rows, int head_dim, int group,
-                              int work) {
+                              int work, int max_kv_length) {
+  auto find = [&](int row_class) {
+    const TunedLaunchRow* found = nullptr;
+    for (const TunedLaunchRow& row : rows) {
+      if (row.head_dim == head_dim && row.group == group && row.max_kv_length == row_class &&
+          row.min_work <= work) {
+        found = &row;
+      }
+    }
+    return found;
+  };
   const TunedLaunchRow* found = nullptr;
-  for (const TunedLaunchRow& row : rows) {
-    if (row.head_dim == head_dim && row.group == group && row.min_work <= work) found = &row;
-  }
-  return found;
+  if (max_kv_length <= kSplitKvShortContext) found = find(kSplitKvShortContext);
+  return found != nullptr ? found : find(0);
 }
 
 }  // namespace
@@ -60,19 +70,22 @@ std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type) {
   return Rows(kv_cache_type);
 }
 
-TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity) {
+TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length) {
   TunedSplitKv tuned;
   // Invalid shapes get the default: the launch rejects them with a Status naming the field.
   if (shape.num_kv_heads <= 0) return tuned;
   const int work = std::max(1, capacity) * shape.num_kv_heads;
   const int group = shape.group_size();
+  const int length = max_kv_length > 0 ? max_kv_length : shape.max_context;
   const bool fp8 = shape.kv_cache_type == KvCacheType::kFp8E4M3;
   if (fp8) {
-    if (const TunedLaunchRow* row = FindRow(Rows(KvCacheType::kFp8E4M3), shape.head_dim, group, work)) {
+    if (const TunedLaunchRow* row =
+            FindRow(Rows(KvCacheType::kFp8E4M3), shape.head_dim, group, work, length)) {
       return {row->family, row->config};
     }
   }
-  if (const TunedLaunchRow* row = FindRow(Rows(KvCacheType::kFp16), shape.head_dim, group, work)) {
+  if (const TunedLaunchRow* row =
+          FindRow(Rows(KvCacheType::kFp16), shape.head_dim, group, work, length)) {
     tuned = {row->family, row->config};
   }
   if (fp8) tuned = {SplitKvFamily::kTensorCore, {kTcFp8Warps, tuned.config.ctas_per_sm,
@@ -81,8 +94,8 @@ TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity) {
 }
 
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape,
-                                      int capacity) {
-  const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity);
+                                      int capacity, int max_kv_length) {
+  const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity, max_kv_length);
   return tuned.family == family ? tuned.config : SplitKvLaunchConfig{};
 }
 

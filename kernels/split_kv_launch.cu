@@ -61,7 +61,8 @@ StatusOr<int> PrepareKernel(const SplitKvKernel& k, const DecodeDevice& device,
 // The splits of kernel `k` for (shape, capacity) on `sm_count` SMs holding `ctas_per_sm_resident`
 // of its CTAs each (used by the occupancy rule only).
 SplitKvPlan SplitsFor(const SplitKvKernel& k, int sm_count, int ctas_per_sm_resident,
-                      const SplitKvLaunchConfig& config, const ModelShape& shape, int capacity) {
+                      const SplitKvLaunchConfig& config, const ModelShape& shape, int capacity,
+                      int max_kv_length) {
   SplitKvPlan plan;
   plan.tile_tokens = k.tile_tokens;
   plan.min_tiles = std::max(1, config.min_split_tokens / plan.tile_tokens);
@@ -75,12 +76,20 @@ SplitKvPlan SplitsFor(const SplitKvKernel& k, int sm_count, int ctas_per_sm_resi
     // row is live. A row's own length then decides how many of its splits do work.
     splits = std::max(1, sm_count * ctas_per_sm_resident / work);
   }
-  const int max_tiles = (shape.max_context + plan.tile_tokens - 1) / plan.tile_tokens;
+  const int max_tiles = (max_kv_length + plan.tile_tokens - 1) / plan.tile_tokens;
   plan.max_splits = std::min({splits, std::max(1, max_tiles / plan.min_tiles), kMaxSplits});
   return plan;
 }
 
 std::size_t AlignUp(std::size_t x) { return (x + 255) / 256 * 256; }
+
+// The longest length a split-KV plan for `requested` (0: max_context) runs: its context class's
+// bound.
+int SplitKvPlanLength(const ModelShape& shape, int requested) {
+  const int length = requested > 0 ? requested : shape.max_context;
+  return length <= kSplitKvShortContext ? std::min(kSplitKvShortContext, shape.max_context)
+                                        : shape.max_context;
+}
 
 // Arrival counters a device's split-KV plans provide for: a plan splits only while its work
 // items (capacity * num_kv_heads) stay below sm_count * ctas_per_sm / 2 (ctas_per_sm <= 64) or
@@ -161,7 +170,10 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
   ATTNRT_ASSIGN_OR_RETURN(const int resident, PrepareKernel(k, request.device, config));
   plan.split_kv_family = family;
   plan.split_kv_config = config;
-  plan.split_kv = SplitsFor(k, request.device.sm_count, resident, config, shape, plan.capacity);
+  // The plan's context class: a plan for short contexts caps its splits by its own bound.
+  plan.max_kv_length = SplitKvPlanLength(shape, request.max_kv_length);
+  plan.split_kv = SplitsFor(k, request.device.sm_count, resident, config, shape, plan.capacity,
+                            plan.max_kv_length);
   plan.fuses_append =
       family == SplitKvFamily::kTensorCore && plan.step == DecodeStep::kAppendAndDecode;
   if (plan.split_kv.max_splits > 1 &&
@@ -185,10 +197,16 @@ Status SplitKvSupports(const ModelShape& shape) {
   return CheckKernelShape(shape, SplitKvVariantName(kFamily), /*reads_fp8=*/true);
 }
 
+std::vector<int> SplitKvKvLengthBuckets(const ModelShape& shape) {
+  if (shape.max_context <= kSplitKvShortContext) return {shape.max_context};
+  return {kSplitKvShortContext, shape.max_context};
+}
+
 StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request) {
   // (An out-of-range capacity picks some row; StartPlan then rejects the request naming it.)
   const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
-  const TunedSplitKv tuned = TunedSplitKvLaunch(request.shape, capacity);
+  const TunedSplitKv tuned =
+      TunedSplitKvLaunch(request.shape, capacity, request.max_kv_length);
   ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, PlanSplitKv(tuned.family, tuned.config, request));
   plan.variant = SplitKvVariantName(SplitKvFamily::kTensorCore);  // "split_kv", either family
   return plan;
@@ -197,7 +215,9 @@ StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request) {
 StatusOr<DecodePlan> PlanSplitKvSimt(const DecodePlanRequest& request) {
   const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
   return PlanSplitKv(SplitKvFamily::kSimt,
-                     TunedLaunchConfig(SplitKvFamily::kSimt, request.shape, capacity), request);
+                     TunedLaunchConfig(SplitKvFamily::kSimt, request.shape, capacity,
+                                       request.max_kv_length),
+                     request);
 }
 
 template <SplitKvFamily kFamily>

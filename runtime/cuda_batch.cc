@@ -192,6 +192,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       StatusOr<int> path = ChoosePath(piece.bucket_index, max_kv_length);
       if (path.ok()) {
         piece.path = *path;
+        piece.timings.path_max_kv_length = paths[piece.path].max_kv_length;
         Launch(piece, e);
         piece.launched_at = Clock::now();
       } else {

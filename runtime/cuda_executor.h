@@ -108,6 +108,7 @@ struct CudaExecutorMemory {
 struct PieceTimings {
   int bucket = 0;
   int requests = 0;
+  int path_max_kv_length = 0;  // the max_kv_length of the path that ran it (0: none ran)
   double plan_us = 0.0;    // validation + AppendToken for the whole batch (first piece only)
   double pack_us = 0.0;    // filling the pinned staging for this piece
   double launch_us = 0.0;  // graph launch (or eager launches) + completion event record

@@ -487,20 +487,23 @@ TEST(TunedLaunchTableTest, DefaultVariantPlansTheRowsFamily) {
   const DecodeVariant& v = DefaultDecodeVariant();
   for (const TunedLaunchRow& row : TunedLaunchTable()) {
     const int hkv = 2;
-    const ModelShape shape = DecodeShape(row.group * hkv, hkv, row.head_dim, 16, 1, 4096);
+    const ModelShape shape = DecodeShape(row.group * hkv, hkv, row.head_dim, 16, 1, 32768);
     const int capacity = (row.min_work + hkv - 1) / hkv;
+    const int length = row.max_kv_length;  // the row's context class (0: any length)
     SCOPED_TRACE("row D" + std::to_string(row.head_dim) + " G" + std::to_string(row.group) +
-                 " min_work " + std::to_string(row.min_work));
+                 " min_work " + std::to_string(row.min_work) + " class " +
+                 std::to_string(length));
     const StatusOr<DecodePlan> plan =
-        v.plan({shape, capacity, 0, DecodeStep::kAppendAndDecode, *device});
+        v.plan({shape, capacity, length, DecodeStep::kAppendAndDecode, *device});
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity);
+    EXPECT_EQ(plan->max_kv_length, length == 0 ? shape.max_context : length);
+    const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity, length);
     EXPECT_EQ(plan->variant, v.name);
     EXPECT_EQ(plan->split_kv_family, tuned.family);
     EXPECT_TRUE(plan->split_kv_config == tuned.config) << ToString(plan->split_kv_config);
     EXPECT_EQ(plan->fuses_append, tuned.family == SplitKvFamily::kTensorCore);
     const StatusOr<DecodePlan> same =
-        PlanSplitKv(tuned.family, tuned.config, {shape, capacity, 0,
+        PlanSplitKv(tuned.family, tuned.config, {shape, capacity, length,
                                                  DecodeStep::kAppendAndDecode, *device});
     ASSERT_TRUE(same.ok()) << same.status().ToString();
     EXPECT_EQ(plan->decode.fn, same->decode.fn);

@@ -193,6 +193,30 @@ TEST(DecodeVariantsTest, PlanRejectsWhatItCannotRunNamingTheField) {
   }
 }
 
+// Split-KV plans take the context class of their max_kv_length: the short bound up to it, the
+// model's max_context past it; the splits of a short plan are capped by its own bound.
+TEST(DecodeVariantsTest, SplitKvPlansRecordTheirContextClass) {
+  const ModelShape shape = Shape(32, 8, 128, 32768);
+  for (SplitKvFamily family : {SplitKvFamily::kSimt, SplitKvFamily::kTensorCore}) {
+    SCOPED_TRACE(std::string(SplitKvVariantName(family)));
+    for (const auto& [requested, planned] :
+         std::vector<std::pair<int, int>>{{100, kSplitKvShortContext},
+                                          {kSplitKvShortContext, kSplitKvShortContext},
+                                          {kSplitKvShortContext + 1, 32768},
+                                          {0, 32768}}) {
+      DecodePlanRequest request = Request(shape, 1);
+      request.max_kv_length = requested;
+      const StatusOr<DecodePlan> plan = PlanSplitKv(family, {4, 64, 128}, request);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_EQ(plan->max_kv_length, planned) << "requested " << requested;
+      const int tiles = (planned + plan->split_kv.tile_tokens - 1) / plan->split_kv.tile_tokens;
+      EXPECT_LE(plan->split_kv.max_splits, std::max(1, tiles / plan->split_kv.min_tiles));
+    }
+  }
+  const DecodeVariant& v = DefaultDecodeVariant();
+  EXPECT_EQ(v.kv_length_buckets(shape), (std::vector<int>{kSplitKvShortContext, 32768}));
+}
+
 TEST(DecodeVariantsTest, PlansOnADescribedDeviceRecordTheirDecisions) {
   const ModelShape shape = Shape(32, 8, 128, 4096);
   for (const DecodeVariant& v : DecodeVariants()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/decode.h"
 #include "kernels/decode_internal.h"
@@ -35,10 +36,14 @@ TEST(LaunchTableTest, RowsAreSupportedAndOrdered) {
       }
       EXPECT_TRUE(r.group == 1 || r.group == 2 || r.group == 4 || r.group == 8) << r.group;
       EXPECT_GE(r.min_work, 1);
+      EXPECT_TRUE(r.max_kv_length == 0 || r.max_kv_length == kSplitKvShortContext)
+          << r.max_kv_length;
       if (i > 0) {
         const TunedLaunchRow& p = rows[i - 1];
-        EXPECT_LT(std::tie(p.head_dim, p.group, p.min_work), std::tie(r.head_dim, r.group, r.min_work))
-            << "rows must be sorted by (head_dim, group, min_work) without duplicates";
+        EXPECT_LT(std::tie(p.head_dim, p.group, p.max_kv_length, p.min_work),
+                  std::tie(r.head_dim, r.group, r.max_kv_length, r.min_work))
+            << "rows must be sorted by (head_dim, group, max_kv_length, min_work) without "
+               "duplicates";
       }
     }
   }
@@ -48,16 +53,27 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
   const auto rows = TunedLaunchTable();
   for (const TunedLaunchRow& r : rows) {
     // kv heads 1: work items = capacity.
+    // Shape() has max_context 32768: a plan of max_kv_length 0 is in the any-length class.
     const ModelShape s = Shape(r.group, 1, r.head_dim);
-    const TunedSplitKv at = TunedSplitKvLaunch(s, r.min_work);
+    const int length = r.max_kv_length;  // 0 or kSplitKvShortContext
+    const TunedSplitKv at = TunedSplitKvLaunch(s, r.min_work, length);
     EXPECT_TRUE(at.config == r.config && at.family == r.family)
-        << "D" << r.head_dim << " G" << r.group << " work " << r.min_work << ": got "
-        << SplitKvVariantName(at.family) << " " << ToString(at.config);
+        << "D" << r.head_dim << " G" << r.group << " work " << r.min_work << " class " << length
+        << ": got " << SplitKvVariantName(at.family) << " " << ToString(at.config);
     // A family asks for its configuration: the row's where the row names it, else the default.
     const SplitKvFamily other = r.family == SplitKvFamily::kSimt ? SplitKvFamily::kTensorCore
                                                                   : SplitKvFamily::kSimt;
-    EXPECT_TRUE(TunedLaunchConfig(r.family, s, r.min_work) == r.config);
-    EXPECT_TRUE(TunedLaunchConfig(other, s, r.min_work) == SplitKvLaunchConfig{});
+    EXPECT_TRUE(TunedLaunchConfig(r.family, s, r.min_work, length) == r.config);
+    EXPECT_TRUE(TunedLaunchConfig(other, s, r.min_work, length) == SplitKvLaunchConfig{});
+    if (length == kSplitKvShortContext) {
+      // Any short plan takes the short rows, whatever its own bound.
+      const TunedSplitKv shorter = TunedSplitKvLaunch(s, r.min_work, 100);
+      EXPECT_TRUE(shorter.config == r.config && shorter.family == r.family);
+      ModelShape short_shape = s;
+      short_shape.max_context = 4096;
+      const TunedSplitKv by_shape = TunedSplitKvLaunch(short_shape, r.min_work);
+      EXPECT_TRUE(by_shape.config == r.config && by_shape.family == r.family);
+    }
   }
   // A (head dim, group) no row names (D 256, G 8) gets the tensor-core family under the default
   // configuration.
@@ -87,9 +103,30 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
     s.kv_cache_type = KvCacheType::kFp8E4M3;
     EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work) == r.config);
     EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work).family, SplitKvFamily::kTensorCore);
+    if (r.max_kv_length == 0) {
+      // A short plan of a (D, G) whose short class has no rows falls back to these.
+      bool short_rows = false;
+      for (const TunedLaunchRow& f : TunedLaunchTable(KvCacheType::kFp8E4M3)) {
+        short_rows |= f.head_dim == r.head_dim && f.group == r.group && f.max_kv_length != 0;
+      }
+      if (!short_rows) {
+        EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, 1000) ==
+                    r.config);
+      }
+    }
   }
   // An invalid shape does not crash the lookup (the launch reports it).
   EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4) == def);
+}
+
+TEST(LaunchTableTest, SplitKvPlansTwoContextClassesPastTheShortBound) {
+  ModelShape s = Shape(32, 8, 128);
+  s.max_context = 4096;
+  EXPECT_EQ(SplitKvKvLengthBuckets(s), std::vector<int>{4096});
+  s.max_context = kSplitKvShortContext;
+  EXPECT_EQ(SplitKvKvLengthBuckets(s), std::vector<int>{kSplitKvShortContext});
+  s.max_context = 65536;
+  EXPECT_EQ(SplitKvKvLengthBuckets(s), (std::vector<int>{kSplitKvShortContext, 65536}));
 }
 
 TEST(LaunchTableTest, BadConfigurationsNameTheField) {

@@ -16,6 +16,7 @@
 
 #include "api/internal/cuda_check.h"
 #include "kernels/decode.h"
+#include "kernels/decode_internal.h"
 #include "kernels/gemm_path.h"
 #include "runtime/cuda_resources.h"
 #include "tests/runtime/executor_harness.h"
@@ -167,6 +168,50 @@ TEST_F(CudaExecutorGpuTest, CapturedShortReplaysLong) {
   EXPECT_EQ(*ex->SequenceLength(2, 1), 990 + steps * static_cast<int>(ex->paths().size()));
   EXPECT_EQ(ex->memory().num_graphs, graphs);
   EXPECT_EQ(ex->memory().capture_ms, capture_ms);
+}
+
+// Past kSplitKvShortContext the split-KV variants plan two context classes: a piece whose rows
+// are all short runs the short class's path, one with a long row the other; both match the
+// reference, and both paths were captured at start-up.
+TEST_F(CudaExecutorGpuTest, SplitKvContextClassesEachRunTheirPath) {
+  CudaExecutorOptions o = Options();
+  o.shape.max_context = 2 * kernels::kSplitKvShortContext;
+  o.shape.num_layers = 1;
+  o.paths = {"split_kv", "split_kv_simt"};
+  o.buckets = {1, 2, 4};
+  o.record_timings = true;
+  auto ex = Make(o);
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 505);
+  for (SequenceId id : {1, 2, 3}) {
+    ASSERT_TRUE(ex->CreateSequence(id).ok());
+    w.shadow().Create(id);
+  }
+  w.Prefill(1, 0, 40);
+  w.Prefill(2, 0, kernels::kSplitKvShortContext - 3);  // crosses into the long class below
+  w.Prefill(3, 0, kernels::kSplitKvShortContext + 700);
+  for (const std::string& path : {std::string("split_kv"), std::string("split_kv_simt")}) {
+    ASSERT_TRUE(ex->SelectPath(path).ok());
+    (void)ex->TakeTimings();
+    for (int step = 0; step < 6; ++step) {
+      // Alternately the short rows alone and all three.
+      std::vector<OwnedRequest> reqs = {MakeRequest(ex->shape(), 1, 0, w.rng()),
+                                        MakeRequest(ex->shape(), 2, 0, w.rng())};
+      if (step % 2 == 1) reqs.push_back(MakeRequest(ex->shape(), 3, 0, w.rng()));
+      for (OwnedRequest& r : reqs) w.shadow().Expect(r);
+      ExpectAllMatch(SubmitAndWait(*ex, RandomWorkload::ToBatch(reqs)), reqs,
+                     path + " step " + std::to_string(step));
+    }
+    const std::vector<PieceTimings> t = ex->TakeTimings();
+    ASSERT_EQ(t.size(), 6u);
+    for (int step = 0; step < 6; ++step) {
+      // Row 2 reaches kSplitKvShortContext + 1 tokens at its fourth step (of either path).
+      const bool long_row = step % 2 == 1 || (path == "split_kv_simt" || step >= 3);
+      EXPECT_EQ(t[step].path_max_kv_length,
+                long_row ? o.shape.max_context : kernels::kSplitKvShortContext)
+          << path << " step " << step;
+    }
+  }
 }
 
 // Device-memory requests: q/k/v on the device written on another stream (the batch waits on
