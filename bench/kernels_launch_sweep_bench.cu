@@ -71,7 +71,7 @@ struct Family {  // a (D, Hq, Hkv) and the batch sizes swept for it
 std::vector<Family> Families(bool quick) {
   if (quick) return {{128, 32, 8, {1, 32}}, {64, 8, 8, {32}}};
   return {
-      {128, 32, 32, {1, 4, 16, 64, 128}},     // MHA (Llama-2 7B)
+      {128, 32, 32, {1, 4, 8, 16, 32, 64, 128}},  // MHA (Llama-2 7B)
       {128, 32, 16, {1, 8, 32, 128}},         // G = 2
       {128, 32, 8, {1, 4, 16, 32, 64, 256}},  // G = 4 (Llama-3 8B)
       {128, 64, 8, {1, 4, 16, 32, 64, 256}},  // G = 8 (Llama-3 70B)

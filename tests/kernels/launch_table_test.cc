@@ -84,9 +84,11 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
   for (const TunedLaunchRow& r : TunedLaunchTable(KvCacheType::kFp16)) {
     ModelShape s = Shape(r.group, 1, r.head_dim);
     s.kv_cache_type = KvCacheType::kFp8E4M3;
-    const SplitKvLaunchConfig at = TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work);
+    const SplitKvLaunchConfig at =
+        TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, r.max_kv_length);
     EXPECT_EQ(at.warps, kTcFp8Warps);
-    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work).family, SplitKvFamily::kTensorCore);
+    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work, r.max_kv_length).family,
+              SplitKvFamily::kTensorCore);
     EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, at, r.head_dim,
                                   KvCacheType::kFp8E4M3).ok()) << ToString(at);
     bool own_row = false;
