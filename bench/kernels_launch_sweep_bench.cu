@@ -8,7 +8,9 @@
 // warm-ups), and picks for the (D, G, work) and each context class (plans of max_kv_length <=
 // kSplitKvShortContext, planned and scored at the contexts up to it; the rest) the family and
 // configuration with the best geometric mean of time / (best time at that length) over the
-// class's contexts. The default (tensor cores, default configuration)
+// class's contexts; batches of 8 or more rows also run a skewed batch (one row at 32768
+// tokens, the rest at 512: "context" -32768 in the JSON), scored with the long class. The
+// default (tensor cores, default configuration)
 // is kept unless another is more than 1% better. --table-out writes the picks as
 // kernels/tc_launch_table.inc (what variant "split_kv" reads); --json-out writes every timing for
 // bench/studies/make_gemm_report.py.
@@ -203,9 +205,15 @@ std::string Json(const Candidate& candidate) {
   return os.str();
 }
 
+// A skewed batch (serving's usual mix): row 0 at kSkewLong tokens, the others at kSkewShort.
+// Its timings carry context = -kSkewLong; it is scored with the long class (its plan's).
+constexpr int kSkewLong = 32768, kSkewShort = 512, kSkewMinBatch = 8;
+constexpr int kSkewContext = -kSkewLong;
+
 // The table row class of a context: kSplitKvShortContext for the short class, 0 for the rest.
 int ClassOf(int context) {
-  return context <= kernels::kSplitKvShortContext ? kernels::kSplitKvShortContext : 0;
+  return context > 0 && context <= kernels::kSplitKvShortContext ? kernels::kSplitKvShortContext
+                                                                 : 0;
 }
 
 struct Pick {
@@ -315,28 +323,42 @@ int Run(int argc, char** argv) {
     for (int batch : fam.batches) {
       std::map<int, double> best_at;  // context -> best µs
       std::vector<std::size_t> rows_of_batch;
-      for (int context : contexts) {
-        const double kv_bytes =
-            2.0 * element_bytes * batch * fam.kv_heads * double(context) * fam.head_dim;
+      // The uniform batches at each context, then (the full sweep, B >= kSkewMinBatch) the
+      // skewed one.
+      std::vector<int> cases = contexts;
+      if (families_text.empty() && contexts_text.empty() && !quick && batch >= kSkewMinBatch) {
+        cases.push_back(kSkewContext);
+      }
+      for (int context : cases) {
+        std::vector<int> lengths(batch, context);
+        if (context == kSkewContext) {
+          lengths.assign(batch, kSkewShort);
+          lengths[0] = kSkewLong;
+        }
+        double tokens = 0;
+        for (int len : lengths) tokens += len;
+        const int longest = *std::max_element(lengths.begin(), lengths.end());
+        const double kv_bytes = 2.0 * element_bytes * fam.kv_heads * tokens * fam.head_dim;
         if (kv_bytes > kMaxSetBytes) continue;
         const double qo_bytes = 2.0 * 2.0 * batch * fam.q_heads * fam.head_dim;
         const int n_sets = std::clamp(static_cast<int>(std::ceil(kRotationBytes / kv_bytes)), 2,
                                       kMaxSets);
         std::vector<std::unique_ptr<DeviceDecodeBatch>> sets;
         for (int k = 0; k < n_sets; ++k) {
-          sets.push_back(
-              MakeDeviceDecodeBatch(shape, std::vector<int>(batch, context), stream, 100 + k, order));
+          sets.push_back(MakeDeviceDecodeBatch(shape, lengths, stream, 100 + k, order));
         }
         // Configurations of a family with the same grid and the same split of this context are
         // one kernel launch: time it once.
-        std::map<std::tuple<int, int, int, int, int>, double> timed;
+        std::map<std::tuple<int, int, int, int, int, int, int>, double> timed;
         double best = 1e30;
         for (const Candidate& c : candidates) {
-          const kernels::DecodePlan decode_plan = PlanCandidate(shape, batch, c, step, context);
+          const kernels::DecodePlan decode_plan = PlanCandidate(shape, batch, c, step, longest);
           const kernels::SplitKvPlan& plan = decode_plan.split_kv;
-          const kernels::RowSplit ss = kernels::SplitRow(context, plan);
+          const kernels::RowSplit ss = kernels::SplitRow(longest, plan);
+          const kernels::RowSplit rest = kernels::SplitRow(lengths.back(), plan);
           const auto key = std::make_tuple(static_cast<int>(c.family), c.config.warps,
-                                           plan.max_splits, ss.num_splits, ss.tiles_per_split);
+                                           plan.max_splits, ss.num_splits, ss.tiles_per_split,
+                                           rest.num_splits, rest.tiles_per_split);
           auto it = timed.find(key);
           if (it == timed.end()) it = timed.emplace(key, TimePlan(decode_plan, sets, stream)).first;
           const double us = it->second;
@@ -348,10 +370,15 @@ int Run(int argc, char** argv) {
         best_at[context] = best;
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const std::string what = context == kSkewContext
+                                     ? "skewed (1 x " + std::to_string(kSkewLong) + ", " +
+                                           std::to_string(batch - 1) + " x " +
+                                           std::to_string(kSkewShort) + ")"
+                                     : "T=" + std::to_string(context);
         std::fprintf(stderr,
-                     "[%zu/%zu %6.0fs] D=%d G=%d B=%d T=%d: %zu kernels timed, best %.2f us "
+                     "[%zu/%zu %6.0fs] D=%d G=%d B=%d %s: %zu kernels timed, best %.2f us "
                      "(%.2f TB/s)\n",
-                     fi + 1, families.size(), secs, fam.head_dim, group, batch, context,
+                     fi + 1, families.size(), secs, fam.head_dim, group, batch, what.c_str(),
                      timed.size(), best, (kv_bytes + qo_bytes) / (best * 1e-6) / 1e12);
       }
       if (best_at.empty()) continue;
