@@ -10,6 +10,7 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -463,13 +464,21 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
   SKIP_WITHOUT_GPU();
   if (TunedLaunchTable().empty()) GTEST_SKIP() << "the tuned table has no rows yet";
+  // Each distinct (D, G, family, configuration) once: the context classes repeat many.
+  std::set<std::tuple<int, int, int, int, int, int>> done;
   for (const TunedLaunchRow& row : TunedLaunchTable()) {
+    if (!done.insert({row.head_dim, row.group, static_cast<int>(row.family), row.config.warps,
+                      row.config.ctas_per_sm, row.config.min_split_tokens})
+             .second) {
+      continue;
+    }
     const int hkv = 2;
     const ModelShape shape = DecodeShape(row.group * hkv, hkv, row.head_dim, 16, 1, 2048);
-    // The row's own work item count (capped to keep the FP64 reference quick).
-    const int capacity = std::clamp((row.min_work + hkv - 1) / hkv, 3, 256);
+    // The row's own work item count (capped to keep the FP64 reference quick; the sanitizers
+    // run this test).
+    const int capacity = std::clamp((row.min_work + hkv - 1) / hkv, 3, 96);
     std::vector<int> lengths(capacity, 0);
-    for (int i = 0; i < capacity; ++i) lengths[i] = 1 + (i * 2654435761u) % 2048;
+    for (int i = 0; i < capacity; ++i) lengths[i] = 1 + (i * 2654435761u) % 1536;
     SCOPED_TRACE("row D" + std::to_string(row.head_dim) + " G" + std::to_string(row.group) +
                  " min_work " + std::to_string(row.min_work) + " " +
                  std::string(SplitKvVariantName(row.family)));
