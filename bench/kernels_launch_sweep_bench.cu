@@ -211,10 +211,7 @@ constexpr int kSkewLong = 32768, kSkewShort = 512, kSkewMinBatch = 8;
 constexpr int kSkewContext = -kSkewLong;
 
 // The table row class of a context: kSplitKvShortContext for the short class, 0 for the rest.
-int ClassOf(int context) {
-  return context > 0 && context <= kernels::kSplitKvShortContext ? kernels::kSplitKvShortContext
-                                                                 : 0;
-}
+int ClassOf(int context) { return context > 0 ? kernels::SplitKvRowClass(context) : 0; }
 
 struct Pick {
   int head_dim, group, work, batch;

@@ -101,6 +101,11 @@ Status SplitKvSupports(const ModelShape& shape);
 // best CTA shape and splitting at 256-4096 tokens is not the best at 16K-64K): plans of
 // max_kv_length <= kSplitKvShortContext, and plans of any length up to max_context.
 inline constexpr int kSplitKvShortContext = 8192;
+// The tuned table's row class of a plan for rows of up to `length` tokens (> 0):
+// kSplitKvShortContext up to that bound, else 0 (the rows for any length).
+constexpr int SplitKvRowClass(int length) {
+  return length <= kSplitKvShortContext ? kSplitKvShortContext : 0;
+}
 // {kSplitKvShortContext, max_context} when max_context is longer, else {max_context}.
 std::vector<int> SplitKvKvLengthBuckets(const ModelShape& shape);
 // Variant "split_kv": the family and configuration of TunedSplitKvLaunch.

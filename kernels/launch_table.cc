@@ -35,8 +35,8 @@ const TunedLaunchRow* FindRow(const std::vector<TunedLaunchRow>& rows, int head_
     }
     return found;
   };
-  const TunedLaunchRow* found = nullptr;
-  if (max_kv_length <= kSplitKvShortContext) found = find(kSplitKvShortContext);
+  const int row_class = SplitKvRowClass(max_kv_length);
+  const TunedLaunchRow* found = row_class != 0 ? find(row_class) : nullptr;
   return found != nullptr ? found : find(0);
 }
 

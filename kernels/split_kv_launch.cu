@@ -87,8 +87,8 @@ std::size_t AlignUp(std::size_t x) { return (x + 255) / 256 * 256; }
 // bound.
 int SplitKvPlanLength(const ModelShape& shape, int requested) {
   const int length = requested > 0 ? requested : shape.max_context;
-  return length <= kSplitKvShortContext ? std::min(kSplitKvShortContext, shape.max_context)
-                                        : shape.max_context;
+  return SplitKvRowClass(length) != 0 ? std::min(kSplitKvShortContext, shape.max_context)
+                                      : shape.max_context;
 }
 
 // Arrival counters a device's split-KV plans provide for: a plan splits only while its work
@@ -198,7 +198,7 @@ Status SplitKvSupports(const ModelShape& shape) {
 }
 
 std::vector<int> SplitKvKvLengthBuckets(const ModelShape& shape) {
-  if (shape.max_context <= kSplitKvShortContext) return {shape.max_context};
+  if (SplitKvRowClass(shape.max_context) != 0) return {shape.max_context};
   return {kSplitKvShortContext, shape.max_context};
 }
 
