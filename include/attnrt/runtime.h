@@ -64,7 +64,9 @@ struct RuntimeOptions {
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
   // debugging, and the decode path by name: "split_kv" (the fused flash-decoding kernel, the
   // default when empty: tensor-core or SIMT kernels per shape and bucket, as the tuned launch
-  // table says), "split_kv_simt", "simple", or "gemm" (the cuBLAS strided-batched GEMM
+  // table says; with max_context past 8192 tokens its graphs are captured twice, one path for
+  // pieces of rows up to 8192 tokens and one for longer), "split_kv_simt" (the same two paths),
+  // "simple", or "gemm" (the cuBLAS strided-batched GEMM
   // path, in context chunks within its workspace budget at any length; FP16 caches only: with
   // shape.kv_cache_type = fp8_e4m3 Create refuses it, on every device). The other three read an
   // fp8_e4m3 cache.
