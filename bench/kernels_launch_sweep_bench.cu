@@ -10,10 +10,9 @@
 // configuration with the best geometric mean of time / (best time at that length) over the
 // class's contexts; batches of 8 or more rows also run a skewed batch (one row at 32768
 // tokens, the rest at 512: "context" -32768 in the JSON), scored with the long class. The
-// default (tensor cores, default configuration)
-// is kept unless another is more than 1% better. --table-out writes the picks as
-// kernels/tc_launch_table.inc (what variant "split_kv" reads); --json-out writes every timing for
-// bench/studies/make_gemm_report.py.
+// default (tensor cores, default configuration) is kept unless another is more than 1% better.
+// --table-out writes the picks as kernels/tc_launch_table.inc (what variant "split_kv" reads);
+// --json-out writes every timing for bench/studies/make_gemm_report.py.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -392,8 +391,8 @@ int Run(int argc, char** argv) {
           ++entry.second.second;
         }
         if (log_sum.empty()) continue;
-        Pick pick{fam.head_dim, group,           batch * fam.kv_heads, batch, row_class,
-                  kDefaultCandidate, 1e30, 1e30};
+        Pick pick{fam.head_dim, group, batch * fam.kv_heads, batch, row_class, kDefaultCandidate,
+                  1e30, 1e30};
         for (const auto& [key, entry] : log_sum) {
           const auto& [c, sc] = entry;
           const double score = std::exp(sc.first / sc.second);

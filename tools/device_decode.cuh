@@ -1,6 +1,6 @@
 // Device-resident paged decode batches with random data (shuffled blocks, in order, or as the KV
-// cache's allocator lays them out; FP16 pools, or FP8 E4M3 codes at scale 1.0) and the median time of a decode plan's runs cycling over several of
-// them (CUDA-graph replay): what the GPU benchmarks (bench/gpu_bench_util.h) and attnrt-check's
+// cache's allocator lays them out; FP16 pools, or FP8 E4M3 codes at scale 1.0) and the median
+// time of a decode plan's runs cycling over several of them (CUDA-graph replay): what the GPU benchmarks (bench/gpu_bench_util.h) and attnrt-check's
 // speed column (tools/decode_speed.cu) share. Header-only, CUDA translation units only. Errors
 // come back as Status; the benchmarks' wrappers exit on them.
 #pragma once
