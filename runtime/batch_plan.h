@@ -72,11 +72,15 @@ using DevicePointerCheck = std::function<Status(const BatchRequest& request, int
 // thread go through WithTable, so the scheduler may ask SequenceLength while batches are planned.
 //
 // Submission lock: an executor holds LockSubmission() from Plan until the batch's work is queued
-// in order on its device (copy-on-write copies applied or queued, kernels launched or the job
-// queued), and every call that changes the cache (create, fork, free, prefill) holds it too. So
-// no such call lands between a batch's plan and its launch: a block freed by it is reused only by
-// work ordered after every queued batch (stream or worker order; Prefill drains first), and a
-// copy-on-write source cannot be freed and rewritten before its copy.
+// in order (copy-on-write copies applied or queued; kernels launched, or the batch queued for
+// the one thread that launches batches in plan order, or the job queued), and every call that
+// changes the cache (create, fork, free, prefill) holds it too and, under it, waits for such a
+// launch queue to drain. So no such call lands between a batch's plan and its launch: a block
+// freed by it is reused only by work ordered after every queued batch (stream or worker order;
+// Prefill drains first), and a copy-on-write source cannot be freed and rewritten before its
+// copy. A batch queued for launch reads its block rows when it is packed: a later plan only
+// appends to the rows it reads (a sequence in a batch owns its last block after that batch's
+// plan, so no later plan copies it on write), and copy-on-write waits for the launch queue.
 //
 // Lost tokens: a request that passed Plan has taken its token; if its batch then fails, the K/V
 // at that position is undefined. The executor reports the batch's outcome with Settle before its

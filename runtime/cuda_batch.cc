@@ -1,6 +1,9 @@
-// The CUDA executor's batch path (cuda_executor_impl.h): plan under the submission lock, cut
-// into pieces, pack the pipeline buffer's staging, launch.
+// The CUDA executor's batch path (cuda_executor_impl.h): plan under the submission lock on the
+// submitting thread; cut into pieces, pack the pipeline buffer's staging and launch on the
+// launcher thread (inline when nothing else is in flight).
 #include "runtime/cuda_executor_impl.h"
+
+#include "api/internal/thread_name.h"
 
 namespace attnrt::runtime {
 
@@ -123,16 +126,23 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
 Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
   ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size));
   if (!done) return InvalidArgumentError("done is empty");
+  {
+    // Executor::Submit's contract: blocks while max_in_flight() batches run.
+    MutexLock lock(&mu);
+    while (pending_batches >= static_cast<int>(buffers.size())) cv.Wait(lock);
+  }
   const Clock::time_point t_plan = Clock::now();
   auto state = std::make_shared<BatchState>();
   BatchPlan& plan = state->plan;
-  // Held until every piece is launched: no sequence call lands between plan and launch
-  // (batch_plan.h).
+  // Held until the batch is launched or queued for the launcher behind every earlier batch:
+  // plan order is launch order, and sequence calls, which take this lock and then wait for the
+  // launcher to drain, never land between a batch's plan and its launch (batch_plan.h).
   auto hold = planner->LockSubmission();
   planner->Plan(batch, &plan);
   if (!plan.copies.empty()) {
     // Rare path (first write into a forked block): the copy must follow every queued piece
     // and precede this batch's append.
+    WaitLaunched();
     Status s = faults->copy.Hit()
                    ? InternalError("injected copy-on-write copy failure (FaultInjection::copy)")
                    : DrainStream();
@@ -147,30 +157,78 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
                      plan.live.size(), s.ToString());
     }
   }
-  const double plan_us = MicrosSince(t_plan);
+  state->plan_us = MicrosSince(t_plan);
   state->batch = std::move(batch);
   state->done = std::move(done);
-
+  state->disabled_stages = disabled_stages;
   const int n = plan.copies_applied ? static_cast<int>(plan.live.size()) : 0;  // to launch
   const int largest = options.buckets.back();
-  const int num_pieces = std::max(1, (n + largest - 1) / largest);
-  state->pieces_left = num_pieces;
+  state->num_pieces = std::max(1, (n + largest - 1) / largest);
+  state->pieces_left = state->num_pieces;
+  state->queued_at = Clock::now();
+  // When the GPU has nothing of ours, a hand-off's wake-up would add to this batch's latency:
+  // launch inline. Otherwise the launcher packs and launches while this thread returns to
+  // form (and plan) the next batch; the pieces queued on the stream keep the GPU busy.
+  bool run_inline = false;
   {
     MutexLock lock(&mu);
+    run_inline = pending_batches == 0;  // so to_launch is empty and nothing is launching
     ++pending_batches;
+    if (run_inline) {
+      launching = true;
+    } else {
+      to_launch.push_back(state);
+    }
   }
+  if (run_inline) {
+    LaunchBatch(state);
+    MutexLock lock(&mu);
+    launching = false;
+  }
+  launch_cv.NotifyAll();
+  return Status::Ok();
+}
+
+void CudaExecutor::Impl::LauncherLoop() {
+  attnrt::internal::NameThisThread("attnrt-launch");
+  for (;;) {
+    std::shared_ptr<BatchState> state;
+    {
+      MutexLock lock(&mu);
+      while (!stop && (to_launch.empty() || launching)) launch_cv.Wait(lock);
+      if (to_launch.empty() || launching) return;  // stopping
+      state = std::move(to_launch.front());
+      to_launch.pop_front();
+      launching = true;
+    }
+    LaunchBatch(state);
+    state.reset();
+    {
+      MutexLock lock(&mu);
+      launching = false;
+    }
+    launch_cv.NotifyAll();
+  }
+}
+
+void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
+  BatchState& b = *state;
+  const double queue_us = MicrosSince(b.queued_at);
+  const int n = b.plan.copies_applied ? static_cast<int>(b.plan.live.size()) : 0;
+  const int largest = options.buckets.back();
   Status wait_status;
-  if (n > 0 && state->batch.ready_event != nullptr) {
+  if (n > 0 && b.batch.ready_event != nullptr) {
     wait_status = CudaStatus(
-        cudaStreamWaitEvent(stream.get(), state->batch.ready_event, 0),
+        cudaStreamWaitEvent(stream.get(), b.batch.ready_event, 0),
         "cudaStreamWaitEvent(ready_event)", __FILE__, __LINE__);
   }
-  for (int i = 0; i < num_pieces; ++i) {
+  for (int i = 0; i < b.num_pieces; ++i) {
     Piece piece;
     piece.batch = state;
     piece.first = i * largest;
     piece.count = std::min(largest, n - piece.first);
-    piece.timings.plan_us = i == 0 ? plan_us : 0.0;
+    piece.timings.plan_us = i == 0 ? b.plan_us : 0.0;
+    piece.timings.queue_us = i == 0 ? queue_us : 0.0;
     piece.timings.requests = piece.count;
     if (piece.count > 0 && wait_status.ok()) {
       piece.bucket_index = static_cast<int>(
@@ -183,10 +241,10 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
       bool any_host = false, any_device = false;
       int max_kv_length = 0;
       Pack(piece, &any_host, &any_device, &max_kv_length);
-      e.h2d_full = any_host && !(disabled_stages & kStageH2DInputs);
+      e.h2d_full = any_host && !(b.disabled_stages & kStageH2DInputs);
       e.device_io = any_device;
-      e.d2h = any_host && !(disabled_stages & kStageD2H);
-      e.compute = !(disabled_stages & kStageCompute);
+      e.d2h = any_host && !(b.disabled_stages & kStageD2H);
+      e.compute = !(b.disabled_stages & kStageCompute);
       const Clock::time_point t_launch = Clock::now();
       piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();
       StatusOr<int> path = ChoosePath(piece.bucket_index, max_kv_length);
@@ -208,7 +266,6 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
     }
     cv.NotifyAll();
   }
-  return Status::Ok();
 }
 
 }  // namespace attnrt::runtime

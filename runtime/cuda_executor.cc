@@ -268,6 +268,7 @@ Status CudaExecutor::Impl::Init() {
     step_estimates = std::make_unique<StepEstimates>(paths.size() * options.buckets.size());
   }
   completion_thread = std::thread([this] { CompletionLoop(); });
+  launcher_thread = std::thread([this] { LauncherLoop(); });
   return Status::Ok();
 }
 
@@ -328,25 +329,30 @@ Status CudaExecutor::Submit(Batch batch, BatchDoneFn done) {
 }
 void CudaExecutor::Wait() { impl_->WaitAll(); }
 
-// Sequence calls hold the submission lock (batch_plan.h). A block freed here and reused by a
+// Sequence calls hold the submission lock (batch_plan.h) and wait until every planned batch is
+// launched (the launcher reads block tables as it packs). A block freed here and reused by a
 // later batch is written in stream order, after every queued piece that still reads it; Prefill
 // writes the pools from the host, so it drains the stream first.
 Status CudaExecutor::CreateSequence(SequenceId id) {
   auto hold = impl_->planner->LockSubmission();
+  impl_->WaitLaunched();
   return impl_->planner->Create(id);
 }
 Status CudaExecutor::ForkSequence(SequenceId parent, SequenceId child) {
   auto hold = impl_->planner->LockSubmission();
+  impl_->WaitLaunched();
   return impl_->planner->Fork(parent, child);
 }
 Status CudaExecutor::FreeSequence(SequenceId id) {
   auto hold = impl_->planner->LockSubmission();
+  impl_->WaitLaunched();
   return impl_->planner->Free(id);
 }
 
 Status CudaExecutor::Prefill(SequenceId id, int layer, int num_tokens, const Half* k,
                              const Half* v) {
   auto hold = impl_->planner->LockSubmission();
+  impl_->WaitLaunched();
   ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
   ATTNRT_RETURN_IF_ERROR(impl_->planner->Prefill(*impl_->cache, id, layer, num_tokens, k, v));
   ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());  // the cache's copies ran on the legacy stream
@@ -361,6 +367,7 @@ StatusOr<int> CudaExecutor::SequenceLength(SequenceId id, int layer) const {
 bool CudaExecutor::HasSequence(SequenceId id) const { return impl_->planner->Contains(id); }
 
 Status CudaExecutor::ReadToken(SequenceId id, int layer, int position, Half* k, Half* v) {
+  impl_->WaitLaunched();
   ATTNRT_RETURN_IF_ERROR(impl_->DrainStream());
   return impl_->planner->WithTable([&](kvcache::SequenceTable&) {
     return impl_->cache->ReadToken(id, layer, position, k, v);
@@ -386,7 +393,10 @@ std::string_view CudaExecutor::active_path() const {
 Status CudaExecutor::SelectPath(std::string_view name) {
   std::string known;
   for (int i = 0; i < static_cast<int>(impl_->path_names.size()); ++i) {
-    if (impl_->path_names[i] == name) return impl_->Select(i);
+    if (impl_->path_names[i] != name) continue;
+    auto hold = impl_->planner->LockSubmission();  // the launcher picks paths (ChoosePath)
+    impl_->WaitLaunched();
+    return impl_->Select(i);
     known += (i ? ", " : "") + impl_->path_names[i];
   }
   return NotFoundError("path \"" + std::string(name) + "\" was not captured; paths: " + known);

@@ -110,14 +110,18 @@ struct PieceTimings {
   int requests = 0;
   int path_max_kv_length = 0;  // the max_kv_length of the path that ran it (0: none ran)
   double plan_us = 0.0;    // validation + AppendToken for the whole batch (first piece only)
+  double queue_us = 0.0;   // planned -> the launcher began the batch (first piece only)
   double pack_us = 0.0;    // filling the pinned staging for this piece
   double launch_us = 0.0;  // graph launch (or eager launches) + completion event record
   double gpu_us = 0.0;     // event before the launch to the completion event
 };
 
-// Thread safety: as Executor. Batches run in submission order on one stream; a completion
-// thread waits on each piece's event, copies host-memory outputs out of the pinned staging and
-// calls done. Sequence management and SelectPath run on the submitting thread.
+// Thread safety: as Executor. Submit plans a batch on the calling thread; a launcher thread
+// packs and launches it (the calling thread itself when no other batch is in flight), so the
+// next batch's plan overlaps this one's pack and launch. Batches run in submission order on one
+// stream; a completion thread waits on each piece's event, copies host-memory outputs out of
+// the pinned staging and calls done. Sequence management and SelectPath wait for every planned
+// batch to be launched.
 class CudaExecutor : public Executor {
  public:
   ~CudaExecutor() override;

@@ -5,14 +5,17 @@
 //                       the public methods;
 //   cuda_graphs.cc      one step's work on the stream, eager or captured into a graph per
 //                       (path, bucket, pipeline buffer), and the per-piece node enables;
-//   cuda_batch.cc       a batch: plan (under the planner's submission lock), pieces, pack the
-//                       pinned staging, launch;
+//   cuda_batch.cc       a batch: plan (under the planner's submission lock) on the submitting
+//                       thread; pieces, pack the pinned staging and launch on the launcher
+//                       thread (or inline when nothing else is in flight);
 //   cuda_completion.cc  the completion thread: each piece's done event, outputs back to host
 //                       requests, settling and the batch's callback.
 //
-// Per piece of a batch: plan on the host (validation,
-// AppendToken, copy-on-write), pack the pipeline buffer's pinned staging, then one
-// cudaGraphLaunch of the graph for (bucket, path, buffer):
+// Per batch, on the submitting thread: plan on the host (validation, AppendToken,
+// copy-on-write). Per piece of it, on the launcher thread in plan order (so the next batch's
+// plan overlaps this one's pack and launch), or inline when the GPU has nothing of ours: pack
+// the pipeline buffer's pinned staging, then one cudaGraphLaunch of the graph for (bucket,
+// path, buffer):
 //
 //   H2D memcpy (metadata + q/k/v, or metadata only) -> gather (device-memory requests)
 //     -> [captured: append-KV -> decode path] -> scatter (device-memory requests)
@@ -175,6 +178,10 @@ struct BatchState {
   Batch batch;
   BatchDoneFn done;
   BatchPlan plan;
+  double plan_us = 0.0;
+  unsigned disabled_stages = 0;  // CudaExecutor::SetDisabledStagesForBenchmark at Submit
+  Clock::time_point queued_at;   // handed to the launcher (or launched inline)
+  int num_pieces = 0;   // set at Submit
   int pieces_left = 0;  // completion thread only (set before the first piece is queued)
   bool failed = false;  // completion thread only
 };
@@ -285,12 +292,18 @@ struct CudaExecutor::Impl {
   Mutex mu;
   CondVar cv;
   std::deque<Piece> completions GUARDED_BY(mu);
+  // Submitted batches whose callback has not returned; Submit blocks while max_in_flight() are.
   int pending_batches GUARDED_BY(mu) = 0;
-  int next_buffer = 0;  // submitting thread only
+  // Planned batches waiting for the launcher, in plan order (the order their pieces must run).
+  std::deque<std::shared_ptr<BatchState>> to_launch GUARDED_BY(mu);
+  bool launching GUARDED_BY(mu) = false;  // a LaunchBatch runs (launcher thread or inline)
+  CondVar launch_cv;  // to_launch gained a batch, or a LaunchBatch ended
+  int next_buffer = 0;  // whichever thread runs LaunchBatch (one at a time: `launching`)
   bool stop GUARDED_BY(mu) = false;
   ExecutorStats stats GUARDED_BY(mu);
   std::vector<PieceTimings> timings GUARDED_BY(mu);
   std::thread completion_thread;
+  std::thread launcher_thread;
   std::unique_ptr<CopyPool> pack_pool;
   std::unique_ptr<StepEstimates> step_estimates;  // sleep_through_steps; completion thread
   // Every pipeline buffer's pinned staging is device-addressable at its host address (unified
@@ -306,7 +319,9 @@ struct CudaExecutor::Impl {
         stop = true;
       }
       cv.NotifyAll();
+      launch_cv.NotifyAll();
       completion_thread.join();
+      if (launcher_thread.joinable()) launcher_thread.join();
     }
     if (stream.get() != nullptr) {
       const cudaError_t err = cudaStreamSynchronize(stream.get());
@@ -340,6 +355,15 @@ struct CudaExecutor::Impl {
   Status DrainStream();
 
   Status Submit(Batch batch, BatchDoneFn done);
+  // Cuts a planned batch into pieces; packs, launches and queues each for the completion thread.
+  void LaunchBatch(const std::shared_ptr<BatchState>& state);
+  void LauncherLoop();
+  // Returns once every planned batch is launched (sequence calls, copy-on-write, SelectPath:
+  // with the submission lock held, no new plan can start meanwhile).
+  void WaitLaunched() {
+    MutexLock lock(&mu);
+    while (launching || !to_launch.empty()) launch_cv.Wait(lock);
+  }
   int AcquireBuffer();
   void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
   void Launch(Piece& piece, const NodeEnables& e);

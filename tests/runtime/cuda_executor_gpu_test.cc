@@ -545,6 +545,55 @@ TEST_F(CudaExecutorGpuTest, PipelinedBatchesAndForksMatch) {
   }
 }
 
+// Submit returns once a batch is planned: with another batch in flight, the launcher packs and
+// launches it later. A sequence freed right after Submit returns must still be read by that
+// batch (the free waits for the launch; its blocks are then reused by the next prefill, which
+// drains the stream first), and every result matches.
+TEST_F(CudaExecutorGpuTest, SequenceCallsRightAfterSubmitKeepQueuedBatches) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 909);
+  w.AddSequences(10, 200);
+  constexpr int kRounds = 16;
+  std::vector<std::vector<OwnedRequest>> batches;
+  batches.reserve(2 * kRounds);
+  std::vector<std::vector<Status>> statuses(2 * kRounds);
+  auto submit = [&](int b) {
+    ASSERT_TRUE(ex->Submit(RandomWorkload::ToBatch(batches[b]),
+                           [&, b](std::vector<Status> st) { statuses[b] = std::move(st); })
+                    .ok());
+  };
+  for (int round = 0; round < kRounds; ++round) {
+    const SequenceId victim = 1000 + round;
+    ASSERT_TRUE(ex->CreateSequence(victim).ok());
+    w.shadow().Create(victim);
+    for (int l = 0; l < ex->shape().num_layers; ++l) w.Prefill(victim, l, 1 + 37 * round % 300);
+    // One batch to keep the GPU busy, then the victim's: handed to the launcher.
+    batches.push_back(w.MakeBatch(w.rng().NextInt(4, 16)));
+    submit(static_cast<int>(batches.size()) - 1);
+    batches.push_back(w.MakeBatch(w.rng().NextInt(1, 6)));
+    for (int l = 0; l < ex->shape().num_layers; ++l) {
+      batches.back().push_back(MakeRequest(ex->shape(), victim, l, w.rng()));
+      w.shadow().Expect(batches.back().back());
+    }
+    submit(static_cast<int>(batches.size()) - 1);
+    const Status freed = ex->FreeSequence(victim);
+    ASSERT_TRUE(freed.ok()) << freed.ToString();
+    w.shadow().Free(victim);
+  }
+  ex->Wait();
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    ASSERT_EQ(statuses[b].size(), batches[b].size()) << "batch " << b;
+    for (std::size_t i = 0; i < batches[b].size(); ++i) {
+      ASSERT_TRUE(statuses[b][i].ok()) << "batch " << b << " request " << i << ": "
+                                       << statuses[b][i].ToString();
+      EXPECT_TRUE(MatchesExpected(batches[b][i])) << "batch " << b << " request " << i;
+    }
+  }
+  EXPECT_EQ(ex->stats().sequences, 10);
+  EXPECT_EQ(ex->stats().failed_batches, 0);
+}
+
 TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);
