@@ -7,7 +7,7 @@ O=$1; COMMIT=$2; mkdir -p "$O"; cd "$(dirname "$0")/../../.."
 B=/tmp/attnrt-build-bench  # DCHECKS off
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/device.txt"
 echo "commit $COMMIT, start $(date -u +%FT%TZ)" > "$O/record.txt"
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DATTNRT_DCHECKS=OFF
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DATTNRT_DCHECKS=OFF > "$O/cfg.log" 2>&1
 T="cuda_executor_gpu_test cuda_executor_gemm_gpu_test api_runtime_gpu_test api_sequence_safety_gpu_test api_device_memory_gpu_test api_wiring_gpu_test"
 timeout 300 cmake --build $B -j16 --target api_host_path_bench $T > "$O/build.log" 2>&1
 echo "build rc=$? at $(date -u +%T)" | tee -a "$O/record.txt"
