@@ -685,9 +685,11 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
     return Percentile(v, 0.5);
   };
   std::printf("  pieces, %s: %zu, medians: plan %.1f us, queued for the launcher %.1f, pack "
-              "%.1f, launch %.1f, gpu %.1f, requests %.0f\n", run.c_str(), t.size(),
-              median(&runtime::PieceTimings::plan_us), median(&runtime::PieceTimings::queue_us),
-              median(&runtime::PieceTimings::pack_us), median(&runtime::PieceTimings::launch_us),
+              "%.1f (q/k/v copies %.1f), launch %.1f, gpu %.1f, requests %.0f\n", run.c_str(),
+              t.size(), median(&runtime::PieceTimings::plan_us),
+              median(&runtime::PieceTimings::queue_us), median(&runtime::PieceTimings::pack_us),
+              median(&runtime::PieceTimings::pack_copy_us),
+              median(&runtime::PieceTimings::launch_us),
               median(&runtime::PieceTimings::gpu_us), [&] {
                 std::vector<double> v;
                 for (const runtime::PieceTimings& p : t) v.push_back(p.requests);

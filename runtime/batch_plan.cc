@@ -149,6 +149,22 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
 
 Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const {
   MutexLock lock(&table_mu_);
+  return FillBlockRowLocked(id, kv_length, row);
+}
+
+void BatchPlanner::FillBlockRows(const Batch& batch, std::span<const PlannedRequest> planned,
+                                 std::size_t row_stride, std::int32_t* rows,
+                                 std::vector<Status>* statuses) const {
+  MutexLock lock(&table_mu_);
+  for (std::size_t i = 0; i < planned.size(); ++i) {
+    const PlannedRequest& p = planned[i];
+    Status s = FillBlockRowLocked(batch.requests[p.index].sequence_id, p.kv_length,
+                                  rows + i * row_stride);
+    if (!s.ok()) (*statuses)[p.index] = std::move(s);
+  }
+}
+
+Status BatchPlanner::FillBlockRowLocked(SequenceId id, int kv_length, std::int32_t* row) const {
   StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
   if (!blocks.ok()) return blocks.status();
   const int bs = table_->shape().block_size;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -100,6 +101,12 @@ class BatchPlanner {
   // Writes the block ids a request of `kv_length` tokens reads (ceil(kv_length / block_size))
   // into `row`; the rest of the row is left as is (kernels never read past kv_length).
   Status FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const EXCLUDES(table_mu_);
+  // FillBlockRow for each of `planned` (requests of `batch`) into rows + i * row_stride, under
+  // one lock; a row that cannot be filled (cannot happen after a successful AppendToken) sets
+  // (*statuses)[planned[i].index] to why.
+  void FillBlockRows(const Batch& batch, std::span<const PlannedRequest> planned,
+                     std::size_t row_stride, std::int32_t* rows,
+                     std::vector<Status>* statuses) const EXCLUDES(table_mu_);
 
   // Runs fn(table) under the table's lock and returns its result.
   template <typename Fn>
@@ -144,6 +151,8 @@ class BatchPlanner {
   };
 
   // The Status a request or prefill of (id, layer) gets, or OK.
+  Status FillBlockRowLocked(SequenceId id, int kv_length, std::int32_t* row) const
+      REQUIRES(table_mu_);
   Status LostTokenStatus(SequenceId id, int layer) const REQUIRES(table_mu_);
   void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause)
       EXCLUDES(table_mu_);

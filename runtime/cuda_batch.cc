@@ -39,13 +39,15 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   *any_host = *any_device = false;
   *max_kv_length = 0;
 
+  // One lock of the sequence table for the piece (the submitting thread plans beside this).
+  planner->FillBlockRows(b.batch,
+                         std::span<const PlannedRequest>(b.plan.live).subspan(piece.first,
+                                                                               piece.count),
+                         static_cast<std::size_t>(max_blocks), tables, &b.plan.statuses);
   for (int j = 0; j < piece.count; ++j) {
     const PlannedRequest& p = b.plan.live[piece.first + j];
     const BatchRequest& r = b.batch.requests[p.index];
-    Status row = planner->FillBlockRow(r.sequence_id, p.kv_length,
-                                       tables + static_cast<std::size_t>(j) * max_blocks);
-    if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
-      b.plan.statuses[p.index] = row;
+    if (!b.plan.statuses[p.index].ok()) {  // no block row: fail it alone (never expected)
       kv_lengths[j] = 0;
       continue;
     }
@@ -76,11 +78,13 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
     std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
   };
+  const Clock::time_point t_copy = Clock::now();
   if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelPackBytes) {
     pack_pool->Run(piece.count, copy_row);
   } else if (*any_host) {
     for (int j = 0; j < piece.count; ++j) copy_row(j);
   }
+  piece.timings.pack_copy_us = MicrosSince(t_copy);
   // Padding: every kernel skips a row of length 0 before reading anything else of it.
   std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
 }

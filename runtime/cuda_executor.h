@@ -112,6 +112,7 @@ struct PieceTimings {
   double plan_us = 0.0;    // validation + AppendToken for the whole batch (first piece only)
   double queue_us = 0.0;   // planned -> the launcher began the batch (first piece only)
   double pack_us = 0.0;    // filling the pinned staging for this piece
+  double pack_copy_us = 0.0;  // of it: copying host-memory requests' q/k/v
   double launch_us = 0.0;  // graph launch (or eager launches) + completion event record
   double gpu_us = 0.0;     // event before the launch to the completion event
 };
