@@ -6,6 +6,13 @@
 #include "api/internal/thread_name.h"
 
 namespace attnrt::runtime {
+namespace {
+
+// A piece's q/k/v copies are spread over the pack pool from this many bytes on (below, the
+// hand-off costs more than it saves).
+constexpr std::size_t kParallelPackBytes = 256 * 1024;
+
+}  // namespace
 
 // ---- the batch path ------------------------------------------------------------------------
 
@@ -68,8 +75,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     }
   }
   // The q/k/v copies, spread over the pack pool when there are enough bytes to pay for the
-  // hand-off (a few µs).
-  constexpr std::size_t kParallelPackBytes = 256 * 1024;
+  // hand-off.
   auto copy_row = [&](int j) {
     const PlannedRequest& p = b.plan.live[piece.first + j];
     const BatchRequest& r = b.batch.requests[p.index];
@@ -220,6 +226,15 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
   const double queue_us = MicrosSince(b.queued_at);
   const int n = b.plan.copies_applied ? static_cast<int>(b.plan.live.size()) : 0;
   const int largest = options.buckets.back();
+  if (b.plan.any_host) {
+    // Wake the pack helpers now: they are spinning by the time the copies start.
+    const std::size_t row_bytes =
+        static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim * sizeof(Half) +
+        2 * static_cast<std::size_t>(options.shape.kv_token_elems()) * sizeof(Half);
+    if (static_cast<std::size_t>(std::min(n, largest)) * row_bytes >= kParallelPackBytes) {
+      pack_pool->Prepare();
+    }
+  }
   Status wait_status;
   if (n > 0 && b.batch.ready_event != nullptr) {
     wait_status = CudaStatus(

@@ -263,7 +263,7 @@ Status CudaExecutor::Impl::Init() {
                               memory.buffer_device_bytes + memory.graph_bytes;
   int helpers = options.pack_threads;
   if (helpers < 0) helpers = std::min(3, static_cast<int>(std::thread::hardware_concurrency() / 4));
-  pack_pool = std::make_unique<CopyPool>(helpers);
+  pack_pool = std::make_unique<CopyPool>(helpers, options.pack_spin);
   if (options.sleep_through_steps) {
     step_estimates = std::make_unique<StepEstimates>(paths.size() * options.buckets.size());
   }
@@ -288,6 +288,10 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
   if (options.pack_threads < -1 || options.pack_threads > 64) {
     return InvalidArgumentError("pack_threads " + std::to_string(options.pack_threads) +
                                 ", expected -1 (auto) .. 64");
+  }
+  if (options.pack_spin.count() < 0) {
+    return InvalidArgumentError("pack_spin " + std::to_string(options.pack_spin.count()) +
+                                " us, expected >= 0");
   }
   if (options.max_batch_size < 1) {
     return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +

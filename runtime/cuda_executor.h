@@ -6,6 +6,7 @@
 // No CUDA header here (pimpl), so the scheduler and tests include it freely.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,10 @@ struct CudaExecutorOptions {
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
   // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
   int pack_threads = -1;
+  // How long a pack helper spins for the next copy after one (and after the launcher announces
+  // one) before it sleeps: a sleeping thread wakes in tens of microseconds, longer than a
+  // B=32 copy. Spinning costs a core per helper only while large host-memory pieces keep coming.
+  std::chrono::microseconds pack_spin{250};
   // Offer staging_memory() (pinned, mapped host memory): a scheduler stages requests in it and
   // submits them as kDevice, so no q/k/v/out copy runs on the host; the graph's gather and
   // scatter kernels cross PCIe instead. The Runtime turns it on (RuntimeOptions::
