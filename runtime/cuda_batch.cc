@@ -65,6 +65,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
       q_ptrs[j] = 0;  // the gather kernel leaves this row to the memcpy node
       out_ptrs[j] = 0;
       *any_host = true;
+      ++piece.timings.host_requests;
     } else {
       q_ptrs[j] = reinterpret_cast<std::uint64_t>(r.q);
       k_ptrs[j] = reinterpret_cast<std::uint64_t>(r.k);

@@ -113,6 +113,7 @@ struct CudaExecutorMemory {
 struct PieceTimings {
   int bucket = 0;
   int requests = 0;
+  int host_requests = 0;  // of them, MemoryKind::kHost (the rest are kDevice)
   int path_max_kv_length = 0;  // the max_kv_length of the path that ran it (0: none ran)
   double plan_us = 0.0;    // validation + AppendToken for the whole batch (first piece only)
   double queue_us = 0.0;   // planned -> the launcher began the batch (first piece only)

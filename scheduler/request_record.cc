@@ -94,16 +94,20 @@ void RecordPool::AddSlab(std::size_t count, runtime::StagingMemory* memory, Requ
       rest.push_back(s);
     }
   }
+  (slab->staging_memory != nullptr ? staged_free_ : heap_free_).PushBulk(rest.data(), rest.size());
   slabs_.push_back(std::move(slab));
-  free_.PushBulk(rest.data(), rest.size());
+}
+
+void RecordPool::TakeHeap(RequestRecord** out, std::size_t n) {
+  heap_free_.PopBulk(out, n, [this](RequestRecord** more, std::size_t m) { Grow(more, m); });
 }
 
 RequestRecord* RecordPool::Acquire() {
-  return free_.Pop([this](RequestRecord** out, std::size_t n) { Grow(out, n); });
+  return staged_free_.Pop([this](RequestRecord** out, std::size_t n) { TakeHeap(out, n); });
 }
 
 void RecordPool::AcquireBulk(RequestRecord** out, std::size_t n) {
-  free_.PopBulk(out, n, [this](RequestRecord** more, std::size_t m) { Grow(more, m); });
+  staged_free_.PopBulk(out, n, [this](RequestRecord** more, std::size_t m) { TakeHeap(more, m); });
 }
 
 void RecordPool::Release(RequestRecord* record) { ReleaseBulk(&record, 1); }
@@ -115,7 +119,14 @@ void RecordPool::ReleaseBulk(RequestRecord* const* records, std::size_t n) {
     records[i]->state.store(((generation + 1) << kGenerationShift) | kPhaseFree,
                           std::memory_order_release);
   }
-  free_.PushBulk(records, n);
+  // Back to the list of their kind, a run of one kind at a time.
+  for (std::size_t i = 0; i < n;) {
+    const bool staged = records[i]->device_visible;
+    std::size_t end = i + 1;
+    while (end < n && records[end]->device_visible == staged) ++end;
+    (staged ? staged_free_ : heap_free_).PushBulk(records + i, end - i);
+    i = end;
+  }
 }
 
 std::size_t RecordPool::capacity() const {

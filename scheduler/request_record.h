@@ -85,7 +85,9 @@ class RecordPool {
   RecordPool& operator=(const RecordPool&) = delete;
 
   // A record in phase kFree; grows when none is free (ShardedFreeList: per-thread-shard caches
-  // refilled in bulk).
+  // refilled in bulk). Device-visible records are handed out before heap ones: once a backlog
+  // that overflowed onto the heap drains, requests are staged where the device reads them in
+  // place again (heap records cost the executor a copy per request).
   RequestRecord* Acquire();
   // Fills out[0..n) (growing as needed); for per-producer caches.
   void AcquireBulk(RequestRecord** out, std::size_t n);
@@ -101,6 +103,8 @@ class RecordPool {
  private:
   struct Slab;
   void Grow(RequestRecord** out, std::size_t n) EXCLUDES(grow_mu_);
+  // n free heap records into out (growing as needed): where the staged list runs short.
+  void TakeHeap(RequestRecord** out, std::size_t n);
   // Carves a slab of `count` records (staging from `memory`, or the heap when null or out of
   // memory); hands the first n to out, frees the rest.
   void AddSlab(std::size_t count, runtime::StagingMemory* memory, RequestRecord** out,
@@ -109,7 +113,8 @@ class RecordPool {
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
   int slab_records_;
   runtime::StagingMemory* staging_ GUARDED_BY(grow_mu_);  // null once it refused an allocation
-  ShardedFreeList<RequestRecord> free_;
+  ShardedFreeList<RequestRecord> staged_free_;  // device-visible records: taken first
+  ShardedFreeList<RequestRecord> heap_free_;
   mutable Mutex grow_mu_;
   std::vector<std::unique_ptr<Slab>> slabs_ GUARDED_BY(grow_mu_);
 };
