@@ -89,6 +89,8 @@ void CudaExecutor::Impl::CompletionLoop() {
         }
       }
       const BufferLayout& l = layouts[piece.bucket_index];
+      // Pack marked the rows of the host path (outputs in the pinned staging) with q_ptrs 0.
+      const auto* q_ptrs = reinterpret_cast<const std::uint64_t*>(buf.in.as<char>() + l.q_ptrs);
       for (int j = 0; j < piece.count; ++j) {
         const PlannedRequest& p = b.plan.live[piece.first + j];
         Status& rs = b.plan.statuses[p.index];
@@ -98,7 +100,7 @@ void CudaExecutor::Impl::CompletionLoop() {
           continue;
         }
         const BatchRequest& r = b.batch.requests[p.index];
-        if (r.memory != MemoryKind::kHost) continue;  // scattered on the device
+        if (q_ptrs[j] != 0) continue;  // scattered on the device
         std::memcpy(r.out, buf.out.as<Half>(l.out) + j * q_row, q_row * sizeof(Half));
         if (r.lse != nullptr) {
           std::memcpy(r.lse, buf.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
