@@ -67,6 +67,7 @@ struct Options {
   // packed into the step's staging, alternating, twice (--staging-ab; not part of the summary).
   bool staging_ab = false;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
+  int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -354,6 +355,7 @@ struct Variation {
   // RuntimeOptions::stage_in_mapped_memory (CudaExecutorOptions::offer_staging_memory).
   bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
   int pack_threads = -1;  // CudaExecutorOptions of the saturation executors (not the Runtime rows)
+  int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
@@ -364,6 +366,13 @@ struct Variation {
     return name;
   }
 };
+
+// `v` with the command line's saturation executor options.
+Variation ForSaturation(const Options& o, Variation v) {
+  v.pack_threads = o.pack_threads;
+  v.buffers = o.buffers;
+  return v;
+}
 
 std::unique_ptr<Runtime> MakeRuntime(const ModelShape& shape, bool graphs, int max_batch,
                                      std::chrono::microseconds window, int sequences,
@@ -703,7 +712,8 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
       ++mixed;
     }
   }
-  std::printf("    of the pieces: %.1f%% host-memory only, %.1f%% mixed, %.1f%% device-memory only\n",
+  std::printf("    of the pieces: %.1f%% host-memory only, %.1f%% mixed, %.1f%% device-memory "
+              "only\n",
               100.0 * host_only / t.size(), 100.0 * mixed / t.size(),
               100.0 * (t.size() - host_only - mixed) / t.size());
   return median(&runtime::PieceTimings::gpu_us);
@@ -736,6 +746,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
   co.sleep_through_steps = variation.sleep_through_steps;
   co.pack_threads = variation.pack_threads;
+  co.num_buffers = variation.buffers;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
@@ -889,7 +900,7 @@ int Run(const Options& o) {
         for (bool sleep : {true, false}) {
           section(("saturation A/B, round " + std::to_string(round + 1)).c_str());
           (void)MeasureSaturation(
-              batch, dur, Variation{.sleep_through_steps = sleep, .pack_threads = o.pack_threads});
+              batch, dur, ForSaturation(o, {.sleep_through_steps = sleep}));
         }
       }
     }
@@ -899,8 +910,8 @@ int Run(const Options& o) {
     // memory that the step gathers from, or packed by the batching thread into the step's
     // staging. Alternating, twice.
     const Variation variants[] = {
-        Variation{.stage_in_mapped_memory = true, .pack_threads = o.pack_threads},
-        Variation{.stage_in_mapped_memory = false, .pack_threads = o.pack_threads}};
+        ForSaturation(o, {.stage_in_mapped_memory = true}),
+        ForSaturation(o, {.stage_in_mapped_memory = false})};
     for (int round = 0; round < 2; ++round) {
       for (const Variation& v : variants) {
         section(("staging A/B, B=1, round " + std::to_string(round + 1) + v.Name()).c_str());
@@ -923,9 +934,9 @@ int Run(const Options& o) {
   Saturation s32, s128;
   if (o.saturation) {
     section("saturation at max batch 32");
-    s32 = MeasureSaturation(32, dur, Variation{.pack_threads = o.pack_threads});
+    s32 = MeasureSaturation(32, dur, ForSaturation(o, {}));
     section("saturation at max batch 128");
-    s128 = MeasureSaturation(128, dur, Variation{.pack_threads = o.pack_threads});
+    s128 = MeasureSaturation(128, dur, ForSaturation(o, {}));
   }
   section("done");
 
@@ -1015,7 +1026,9 @@ int main(int argc, char** argv) {
           "  --staging-ab     also: B=1, host CPU at B=128 and saturation with q/k/v staged in\n"
           "                   mapped memory at Submit or packed into the step's staging\n"
           "                   (stage_in_mapped_memory on / off), alternating, twice\n"
-          "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n");
+          "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
+          "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
+          "                   default: CudaExecutorOptions::num_buffers)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -1032,6 +1045,8 @@ int main(int argc, char** argv) {
       o.host = o.saturation = false;
     } else if (a == "--pack-threads") {
       o.pack_threads = std::atoi(value("--pack-threads").c_str());
+    } else if (a == "--buffers") {
+      o.buffers = std::atoi(value("--buffers").c_str());
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
     } else if (a == "--staging-ab") {

@@ -246,8 +246,8 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
   if (b.plan.any_host) {
     // Wake the pack helpers now: they are spinning by the time the copies start.
     const std::size_t row_bytes =
-        static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim * sizeof(Half) +
-        2 * static_cast<std::size_t>(options.shape.kv_token_elems()) * sizeof(Half);
+        (static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim +
+         2 * static_cast<std::size_t>(options.shape.kv_token_elems())) * sizeof(Half);
     if (static_cast<std::size_t>(std::min(n, largest)) * row_bytes >= kParallelPackBytes) {
       pack_pool->Prepare();
     }
