@@ -397,11 +397,13 @@ std::string_view CudaExecutor::active_path() const {
 Status CudaExecutor::SelectPath(std::string_view name) {
   std::string known;
   for (int i = 0; i < static_cast<int>(impl_->path_names.size()); ++i) {
-    if (impl_->path_names[i] != name) continue;
+    if (impl_->path_names[i] != name) {
+      known += (i ? ", " : "") + impl_->path_names[i];
+      continue;
+    }
     auto hold = impl_->planner->LockSubmission();  // the launcher picks paths (ChoosePath)
     impl_->WaitLaunched();
     return impl_->Select(i);
-    known += (i ? ", " : "") + impl_->path_names[i];
   }
   return NotFoundError("path \"" + std::string(name) + "\" was not captured; paths: " + known);
 }

@@ -614,7 +614,12 @@ TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   EXPECT_GE(m.total_device_bytes, m.kv_cache_bytes + m.buffer_device_bytes + m.workspace_bytes);
   EXPECT_EQ(m.graphs.front().bucket, ex->buckets().back()) << "largest bucket captured first";
   std::printf("%s", m.ToString().c_str());
-  EXPECT_EQ(ex->SelectPath("nope").code(), StatusCode::kNotFound);
+  const Status nope = ex->SelectPath("nope");
+  EXPECT_EQ(nope.code(), StatusCode::kNotFound);
+  for (const std::string& path : ex->paths()) {
+    EXPECT_NE(nope.ToString().find(path), std::string::npos) << "lists the paths: "
+                                                              << nope.ToString();
+  }
   CudaExecutorOptions o = Options();
   o.paths = {"gemm", "gemm"};
   EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kInvalidArgument);
