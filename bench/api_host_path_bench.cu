@@ -712,6 +712,14 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
       ++mixed;
     }
   }
+  std::vector<double> busy_gpu, idle_gpu;
+  for (const runtime::PieceTimings& p : t) {
+    (p.launched_into_idle_stream ? idle_gpu : busy_gpu).push_back(p.gpu_us);
+  }
+  std::printf("    launched into an idle stream: %.1f%% of the pieces (gpu median %.1f us; the "
+              "others %.1f us)\n", 100.0 * idle_gpu.size() / t.size(),
+              idle_gpu.empty() ? 0.0 : Percentile(idle_gpu, 0.5),
+              busy_gpu.empty() ? 0.0 : Percentile(busy_gpu, 0.5));
   std::printf("    of the pieces: %.1f%% host-memory only, %.1f%% mixed, %.1f%% device-memory "
               "only\n",
               100.0 * host_only / t.size(), 100.0 * mixed / t.size(),

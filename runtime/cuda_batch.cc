@@ -287,8 +287,14 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
       if (path.ok()) {
         piece.path = *path;
         piece.timings.path_max_kv_length = paths[piece.path].max_kv_length;
+        if (options.record_timings && last_launched_buffer >= 0) {
+          // Its done event is re-recorded only by this thread, when it takes the buffer again.
+          piece.timings.launched_into_idle_stream =
+              cudaEventQuery(buffers[last_launched_buffer].done.get()) == cudaSuccess;
+        }
         Launch(piece, e);
         piece.launched_at = Clock::now();
+        if (piece.event_recorded) last_launched_buffer = piece.buffer;
       } else {
         piece.launch_status = path.status();  // nothing queued: the buffer frees at once
       }

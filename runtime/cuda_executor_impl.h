@@ -299,6 +299,7 @@ struct CudaExecutor::Impl {
   bool launching GUARDED_BY(mu) = false;  // a LaunchBatch runs (launcher thread or inline)
   CondVar launch_cv;  // to_launch gained a batch, or a LaunchBatch ended
   int next_buffer = 0;  // whichever thread runs LaunchBatch (one at a time: `launching`)
+  int last_launched_buffer = -1;  // likewise: the buffer of the piece launched last
   bool stop GUARDED_BY(mu) = false;
   ExecutorStats stats GUARDED_BY(mu);
   std::vector<PieceTimings> timings GUARDED_BY(mu);
