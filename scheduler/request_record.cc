@@ -54,6 +54,7 @@ RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t ls
          have += slabs_.back()->count) {
       AddSlab(std::max<std::size_t>(slab_records_, 1), staging_, nullptr, 0);
     }
+    has_staged_ = slabs_.front()->staging_memory != nullptr;
   }
 }
 
@@ -103,10 +104,14 @@ void RecordPool::TakeHeap(RequestRecord** out, std::size_t n) {
 }
 
 RequestRecord* RecordPool::Acquire() {
+  if (!has_staged_) {
+    return heap_free_.Pop([this](RequestRecord** out, std::size_t n) { Grow(out, n); });
+  }
   return staged_free_.Pop([this](RequestRecord** out, std::size_t n) { TakeHeap(out, n); });
 }
 
 void RecordPool::AcquireBulk(RequestRecord** out, std::size_t n) {
+  if (!has_staged_) return TakeHeap(out, n);
   staged_free_.PopBulk(out, n, [this](RequestRecord** more, std::size_t m) { TakeHeap(more, m); });
 }
 

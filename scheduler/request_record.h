@@ -113,6 +113,7 @@ class RecordPool {
   std::size_t q_elems_, kv_elems_, lse_elems_, stride_;
   int slab_records_;
   runtime::StagingMemory* staging_ GUARDED_BY(grow_mu_);  // null once it refused an allocation
+  bool has_staged_ = false;  // set once, in the constructor: staged_free_ ever held a record
   ShardedFreeList<RequestRecord> staged_free_;  // device-visible records: taken first
   ShardedFreeList<RequestRecord> heap_free_;
   mutable Mutex grow_mu_;
