@@ -189,15 +189,32 @@ struct RoundTrip {
   RoundTrip(const RoundTrip&) = delete;
   RoundTrip& operator=(const RoundTrip&) = delete;
 
+  // `copy_in` bytes of `in` are copied to the device (all of it: in_bytes; none: 0) and `out` is
+  // copied back unless `copy_out` is false (a step that reads and writes the pinned side itself).
   template <typename Step>
-  void Capture(bool kernel_copies, Step step) {
+  void Capture(bool kernel_copies, Step step, std::size_t copy_in, bool copy_out = true) {
     Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    EnqueueCopy(h_in, d_in, in_bytes, cudaMemcpyHostToDevice, kernel_copies, stream);
+    if (copy_in > 0) {
+      EnqueueCopy(h_in, d_in, copy_in, cudaMemcpyHostToDevice, kernel_copies, stream);
+    }
     step(stream);
-    EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
+    if (copy_out) EnqueueCopy(d_out, h_out, out_bytes, cudaMemcpyDeviceToHost, kernel_copies, stream);
     Check(cudaStreamEndCapture(stream, &graph), "end capture");
     Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   }
+  template <typename Step>
+  void Capture(bool kernel_copies, Step step) {
+    Capture(kernel_copies, step, in_bytes);
+  }
+};
+
+// Where the B=1 step's inputs and outputs live (MeasureFloorWithDecode).
+enum class StepIo {
+  kMemcpyNodes,   // H2D and D2H memcpy nodes around the step
+  kCopyKernels,   // copy kernels instead (the executor's small buckets)
+  kZeroCopyData,  // a copy kernel for the metadata only; the step reads q/k/v and writes
+                  // out/lse in the pinned staging over PCIe
+  kZeroCopy,      // no copies: the step reads and writes everything in the pinned staging
 };
 
 // The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
@@ -218,7 +235,7 @@ LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false) {
 // paged cache of kContext tokens, D2H of out + lse, stream sync, as one graph. Each replay
 // reads another layer (32 x 8 MiB of K/V, far more than L2), as the B=1 rows do. What a B=1
 // step costs the GPU and PCIe with no host work at all: the bound the Runtime's row can reach.
-LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
+LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNodes) {
   ModelShape shape;
   shape.num_layers = 32;
   shape.num_q_heads = kHeads;
@@ -280,22 +297,30 @@ LatencyUs MeasureFloorWithDecode(int iterations, bool kernel_copies = false) {
   batch.capacity = 1;
   batch.num_q_heads = kHeads;
   batch.max_blocks_per_seq = blocks;
-  const auto* d_meta = reinterpret_cast<const std::int32_t*>(rt.d_in);
+  // Pinned memory is device-addressable at its host address (unified addressing).
+  const bool zero_copy_data = io == StepIo::kZeroCopyData || io == StepIo::kZeroCopy;
+  const unsigned char* meta_at = io == StepIo::kZeroCopy ? rt.h_in : rt.d_in;
+  const unsigned char* data_at = zero_copy_data ? rt.h_in : rt.d_in;
+  unsigned char* out_at = zero_copy_data ? rt.h_out : rt.d_out;
+  const auto* d_meta = reinterpret_cast<const std::int32_t*>(meta_at);
   batch.kv_lengths = d_meta;
   batch.layers = d_meta + 1;
   batch.block_tables = d_meta + 2;
-  batch.q = reinterpret_cast<const Half*>(rt.d_in + q_at);
+  batch.q = reinterpret_cast<const Half*>(data_at + q_at);
   batch.k_new = batch.q + qn;
   batch.v_new = batch.q + 2 * qn;
-  batch.out = reinterpret_cast<Half*>(rt.d_out);
-  batch.lse = reinterpret_cast<float*>(rt.d_out + qn * sizeof(Half));
+  batch.out = reinterpret_cast<Half*>(out_at);
+  batch.lse = reinterpret_cast<float*>(out_at + qn * sizeof(Half));
   batch.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  rt.Capture(kernel_copies, [&](cudaStream_t stream) {
+  const std::size_t copy_in = io == StepIo::kZeroCopy       ? 0
+                              : io == StepIo::kZeroCopyData ? (meta_bytes + 15) / 16 * 16
+                                                            : rt.in_bytes;
+  rt.Capture(io != StepIo::kMemcpyNodes, [&](cudaStream_t stream) {
     if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
         !s.ok()) {
       Die("decode run: " + s.ToString());
     }
-  });
+  }, copy_in, /*copy_out=*/!zero_copy_data);
   const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations, [&](int i) {
     meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
   });
@@ -483,7 +508,12 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
 // pack copy and no memcpy node (the comparison for a zero-copy small-batch path).
 // With `memcpy_nodes`, the host-memory graph moves its staging with memcpy nodes (the behaviour
 // before kernel_copy_max_bytes).
-LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_nodes = false) {
+double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t);
+
+// With `timed`, the executor records its per-piece timings (an event more per step) and the
+// row prints their medians: where the executor's time goes beyond the GPU's.
+LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_nodes = false,
+                            bool timed = false) {
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
   runtime::CudaExecutorOptions co;
@@ -492,6 +522,7 @@ LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_
   co.max_batch_size = 1;
   co.buckets = {1};
   if (memcpy_nodes) co.kernel_copy_max_bytes = 0;
+  co.record_timings = timed;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   PrefillSequences(**ex, shape, kSequences);
@@ -549,6 +580,10 @@ LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_
       if (!(std::fabs(x) < 8.0f)) Die("zero-copy executor: output " + std::to_string(i));
     }
     cudaFreeHost(mapped);
+  }
+  if (timed) {
+    (*ex)->Wait();
+    PrintPieceTimings("B=1 executor, timed", (*ex)->TakeTimings());
   }
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
@@ -853,10 +888,15 @@ int Run(const Options& o) {
     floor_decode = MeasureFloorWithDecode(iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step",
                 floor_decode.p50, floor_decode.p99, floor_decode.p50 / floor1.p50);
-    floor_decode_kernel_copies = MeasureFloorWithDecode(iters, /*kernel_copies=*/true);
+    floor_decode_kernel_copies = MeasureFloorWithDecode(iters, StepIo::kCopyKernels);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the step, copy kernels",
                 floor_decode_kernel_copies.p50, floor_decode_kernel_copies.p99,
                 floor_decode_kernel_copies.p50 / floor1.p50);
+    for (const auto& [io, name] : {std::pair{StepIo::kZeroCopyData, "  step, zero-copy q/k/v/out"},
+                                   std::pair{StepIo::kZeroCopy, "  step, zero-copy everything"}}) {
+      const LatencyUs l = MeasureFloorWithDecode(iters, io);
+      std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
+    }
     const LatencyUs zero_copy_floor = MeasureFloor(1, iters, /*kernel_copies=*/true);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1, zero-copy kernels", zero_copy_floor.p50,
                 zero_copy_floor.p99, zero_copy_floor.p50 / floor1.p50);
@@ -878,6 +918,9 @@ int Run(const Options& o) {
     const LatencyUs executor_zero_copy = MeasureExecutorB1(iters, /*zero_copy=*/true);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, zero-copy request", executor_zero_copy.p50,
                 executor_zero_copy.p99, executor_zero_copy.p50 / floor1.p50);
+    const LatencyUs executor_timed = MeasureExecutorB1(iters, false, false, /*timed=*/true);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, timed pieces", executor_timed.p50,
+                executor_timed.p99, executor_timed.p50 / floor1.p50);
     short_poll =
         MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
