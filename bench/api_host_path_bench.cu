@@ -739,6 +739,10 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
                 for (const runtime::PieceTimings& p : t) v.push_back(p.requests);
                 return Percentile(v, 0.5);
               }());
+  std::printf("    completion thread medians: took the piece %.1f us after its launch, saw it "
+              "done %.1f us later, copied outputs out in %.1f\n",
+              median(&runtime::PieceTimings::handoff_us), median(&runtime::PieceTimings::wait_us),
+              median(&runtime::PieceTimings::copy_out_us));
   std::size_t host_only = 0, mixed = 0;
   for (const runtime::PieceTimings& p : t) {
     if (p.host_requests == p.requests) {

@@ -65,6 +65,7 @@ void CudaExecutor::Impl::CompletionLoop() {
       piece = std::move(completions.front());
       completions.pop_front();
     }
+    const Clock::time_point taken = Clock::now();
     BatchState& b = *piece.batch;
     Status status = piece.launch_status;
     if (piece.buffer >= 0) {
@@ -88,6 +89,7 @@ void CudaExecutor::Impl::CompletionLoop() {
           status = InternalError("injected batch failure (FaultInjection::batch)");
         }
       }
+      const Clock::time_point observed = Clock::now();
       const BufferLayout& l = layouts[piece.bucket_index];
       // Pack marked the rows of the host path (outputs in the pinned staging) with q_ptrs 0.
       const auto* q_ptrs = reinterpret_cast<const std::uint64_t*>(buf.in.as<char>() + l.q_ptrs);
@@ -106,6 +108,13 @@ void CudaExecutor::Impl::CompletionLoop() {
           std::memcpy(r.lse, buf.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
                       h * sizeof(float));
         }
+      }
+      if (options.record_timings) {
+        piece.timings.handoff_us =
+            std::chrono::duration<double, std::micro>(taken - piece.launched_at).count();
+        piece.timings.wait_us =
+            std::chrono::duration<double, std::micro>(observed - taken).count();
+        piece.timings.copy_out_us = MicrosSince(observed);
       }
       MutexLock lock(&mu);
       buf.busy = false;

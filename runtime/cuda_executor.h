@@ -121,6 +121,11 @@ struct PieceTimings {
   double pack_copy_us = 0.0;  // of it: copying host-memory requests' q/k/v
   double launch_us = 0.0;  // graph launch (or eager launches) + completion event record
   double gpu_us = 0.0;     // event before the launch to the completion event
+  // The completion thread's side: launched -> it took the piece (its wake-up), took -> the
+  // completion event observed, and the copy of host-memory outputs out of the staging.
+  double handoff_us = 0.0;
+  double wait_us = 0.0;
+  double copy_out_us = 0.0;
   // The previous piece had completed when this one was launched (record_timings): the GPU sat
   // idle, and gpu_us includes the launch's own latency.
   bool launched_into_idle_stream = false;
