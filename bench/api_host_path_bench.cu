@@ -113,17 +113,37 @@ struct LatencyUs {
 
 // Launch -> stream sync of `exec`, 100 warm-up replays then `iterations` timed; `before(i)` runs
 // ahead of replay i (untimed).
+// How a round trip's end is awaited: a stream sync, or an event recorded after the launch and
+// synchronized, or polled with cudaEventQuery.
+enum class Await { kStreamSync, kEventSync, kEventQuery };
+
 LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
-                      const std::function<void(int)>& before = nullptr) {
+                      const std::function<void(int)>& before = nullptr,
+                      Await await = Await::kStreamSync) {
   std::vector<double> us;
   us.reserve(iterations);
+  cudaEvent_t done = nullptr;
+  Check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
   for (int i = 0; i < iterations + 100; ++i) {
     if (before) before(i);
     const Clock::time_point t0 = Clock::now();
     Check(cudaGraphLaunch(exec, stream), "graph launch");
-    Check(cudaStreamSynchronize(stream), "sync");
+    if (await == Await::kStreamSync) {
+      Check(cudaStreamSynchronize(stream), "sync");
+    } else {
+      Check(cudaEventRecord(done, stream), "event record");
+      if (await == Await::kEventSync) {
+        Check(cudaEventSynchronize(done), "event sync");
+      } else {
+        cudaError_t e;
+        while ((e = cudaEventQuery(done)) == cudaErrorNotReady) {
+        }
+        Check(e, "event query");
+      }
+    }
     if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
+  cudaEventDestroy(done);
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
 
@@ -219,13 +239,14 @@ enum class StepIo {
 
 // The bare round trip for a batch of `b` requests of the H32 D128 shape: q/k/v in, out + lse
 // back, as one graph replay and a stream sync; the copies as memcpy nodes or copy kernels.
-LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false) {
+LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false,
+                       Await await = Await::kStreamSync) {
   const std::size_t q = std::size_t(kHeads) * kHeadDim * 2, kv = q;
   RoundTrip rt(std::size_t(b) * (q + 2 * kv), std::size_t(b) * (q + kHeads * 4));
   std::memset(rt.h_in, 1, rt.in_bytes);
   rt.Capture(kernel_copies,
              [&](cudaStream_t stream) { TouchKernel<<<1, 32, 0, stream>>>(rt.d_in, rt.d_out); });
-  const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations);
+  const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations, nullptr, await);
   if (rt.h_out[0] != 1) Die("floor: the output byte did not come back");
   return latency;
 }
@@ -889,6 +910,11 @@ int Run(const Options& o) {
                   floors.back().second.p50, floors.back().second.p99, "1.00");
     }
     floor1 = floors[0].second;
+    for (const auto& [await, name] : {std::pair{Await::kEventSync, "  floor B=1, event sync"},
+                                      std::pair{Await::kEventQuery, "  floor B=1, event query"}}) {
+      const LatencyUs l = MeasureFloor(1, iters, false, await);
+      std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
+    }
     floor_decode = MeasureFloorWithDecode(iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step",
                 floor_decode.p50, floor_decode.p99, floor_decode.p50 / floor1.p50);
