@@ -115,7 +115,10 @@ struct LatencyUs {
 // ahead of replay i (untimed).
 // How a round trip's end is awaited: a stream sync, or an event recorded after the launch and
 // synchronized, or polled with cudaEventQuery.
-enum class Await { kStreamSync, kEventSync, kEventQuery };
+// kOtherThread*: a second thread synchronizes the event and signals the caller (which spins),
+// as the executor's completion thread does; it learns of the launch by spinning on a flag or
+// from a condition variable (a futex wake-up).
+enum class Await { kStreamSync, kEventSync, kEventQuery, kOtherThreadSpins, kOtherThreadWoken };
 
 LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
                       const std::function<void(int)>& before = nullptr,
@@ -124,11 +127,40 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
   us.reserve(iterations);
   cudaEvent_t done = nullptr;
   Check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
+  const bool other_thread = await == Await::kOtherThreadSpins || await == Await::kOtherThreadWoken;
+  std::atomic<int> launched{-1}, finished{-1};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread waiter;
+  if (other_thread) {
+    waiter = std::thread([&] {
+      for (int i = 0; i < iterations + 100; ++i) {
+        if (await == Await::kOtherThreadWoken) {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return launched.load() >= i; });
+        } else {
+          while (launched.load(std::memory_order_acquire) < i) {
+          }
+        }
+        Check(cudaEventSynchronize(done), "event sync (waiter)");
+        finished.store(i, std::memory_order_release);
+      }
+    });
+  }
   for (int i = 0; i < iterations + 100; ++i) {
     if (before) before(i);
     const Clock::time_point t0 = Clock::now();
     Check(cudaGraphLaunch(exec, stream), "graph launch");
-    if (await == Await::kStreamSync) {
+    if (other_thread) {
+      Check(cudaEventRecord(done, stream), "event record");
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        launched.store(i, std::memory_order_release);
+      }
+      cv.notify_one();
+      while (finished.load(std::memory_order_acquire) < i) {
+      }
+    } else if (await == Await::kStreamSync) {
       Check(cudaStreamSynchronize(stream), "sync");
     } else {
       Check(cudaEventRecord(done, stream), "event record");
@@ -143,6 +175,7 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
     }
     if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
+  if (waiter.joinable()) waiter.join();
   cudaEventDestroy(done);
   return {Percentile(us, 0.5), Percentile(us, 0.99)};
 }
@@ -911,7 +944,11 @@ int Run(const Options& o) {
     }
     floor1 = floors[0].second;
     for (const auto& [await, name] : {std::pair{Await::kEventSync, "  floor B=1, event sync"},
-                                      std::pair{Await::kEventQuery, "  floor B=1, event query"}}) {
+                                      std::pair{Await::kEventQuery, "  floor B=1, event query"},
+                                      std::pair{Await::kOtherThreadSpins,
+                                                "  floor B=1, other thread (spins)"},
+                                      std::pair{Await::kOtherThreadWoken,
+                                                "  floor B=1, other thread (woken)"}}) {
       const LatencyUs l = MeasureFloor(1, iters, false, await);
       std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
     }
