@@ -18,6 +18,8 @@
 //              capacity, and p99 at 70% load against window + 2 steps (max batch 32 and 128).
 // Writes <out>/summary.json (the keys issue 11 names) and prints a table. Needs a GPU.
 #include <cuda_runtime.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,9 +31,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -654,6 +659,73 @@ double ThreadCpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// Run time (CPU seconds) of every thread of this process by thread id, with its name:
+// /proc/self/task/*/schedstat (nanoseconds), else stat's utime + stime (clock ticks).
+std::map<int, std::pair<std::string, double>> ThreadCpuSnapshot() {
+  std::map<int, std::pair<std::string, double>> threads;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return threads;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream comm(task + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    double seconds = -1;
+    std::ifstream schedstat(task + "/schedstat");
+    unsigned long long ns = 0;
+    if (schedstat >> ns) {
+      seconds = ns * 1e-9;
+    } else {
+      std::ifstream stat(task + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const std::size_t paren = line.rfind(')');
+      if (paren != std::string::npos) {
+        std::istringstream fields(line.substr(paren + 2));
+        std::string f;
+        unsigned long long utime = 0, stime = 0;
+        for (int i = 3; i <= 15 && (fields >> f); ++i) {  // field 3 is the state
+          if (i == 14) utime = std::stoull(f);
+          if (i == 15) stime = std::stoull(f);
+        }
+        seconds = static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+      }
+    }
+    if (seconds >= 0) threads[std::atoi(e->d_name)] = {name, seconds};
+  }
+  closedir(dir);
+  return threads;
+}
+
+// CPU microseconds per request of each thread name between two snapshots, largest first, as
+// one line ("other" is every thread the runtime does not name: the delivery pool and the CUDA
+// driver's; the bench's own threads sleep or are named bench-*).
+std::string ThreadCpuPerRequest(const std::map<int, std::pair<std::string, double>>& before,
+                                const std::map<int, std::pair<std::string, double>>& after,
+                                double requests) {
+  std::map<std::string, double> by_name;
+  for (const auto& [tid, t] : after) {
+    const auto it = before.find(tid);
+    const double delta = t.second - (it != before.end() ? it->second.second : 0.0);
+    const std::string name = t.first.rfind("attnrt-", 0) == 0 || t.first.rfind("bench-", 0) == 0
+                                 ? t.first
+                                 : "other";
+    by_name[name] += delta;
+  }
+  std::vector<std::pair<double, std::string>> sorted;
+  for (const auto& [name, seconds] : by_name) sorted.emplace_back(seconds, name);
+  std::sort(sorted.rbegin(), sorted.rend());
+  std::string line;
+  char buf[96];
+  for (const auto& [seconds, name] : sorted) {
+    std::snprintf(buf, sizeof(buf), "%s%s %.3f", line.empty() ? "" : ", ", name.c_str(),
+                  seconds * 1e6 / requests);
+    line += buf;
+  }
+  return line;
+}
+
 struct HostCpu {
   double runtime_us = 0;  // the runtime's CPU per request (the target's figure)
   double process_us = 0;  // every thread of the process, the load generator's included
@@ -704,11 +776,14 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
         return "completed " + std::to_string(completed.load()) + "\n" + rt->MetricsText();
       });
   std::vector<double> producer_cpu(kProducers, 0.0), in_submit_s(kProducers, 0.0);
+  const auto threads0 = ThreadCpuSnapshot();
   const double cpu0 = ProcessCpuSeconds();
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> producers;
+  std::map<int, std::pair<std::string, double>> threads1;
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
+      pthread_setname_np(pthread_self(), "bench-producer");
       const double thread_cpu0 = ThreadCpuSeconds();
       double submit_s = 0;
       // Producer p owns sequences p, p + 4, ...
@@ -744,6 +819,8 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
     });
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(duration_s));
+  threads1 = ThreadCpuSnapshot();  // producers still running: their run time is in it
+  const std::int64_t completed_at_snapshot = completed.load();
   stop.store(true);
   for (std::thread& t : producers) t.join();
   rt->Drain();
@@ -770,6 +847,11 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
               variation.Name().c_str(),
               static_cast<long long>(completed.load()), wall, h.throughput, cpu, producers_s,
               submit_s);
+  std::printf("  cpu us per request by thread: %s\n",
+              ThreadCpuPerRequest(threads0, threads1,
+                                  static_cast<double>(std::max<std::int64_t>(
+                                      completed_at_snapshot, 1)))
+                  .c_str());
   return h;
 }
 

@@ -4,31 +4,11 @@
 
 #include "api/internal/thread_name.h"
 
-#include <cstdlib>
-#include <string>
-
 #if defined(__linux__)
 #include <sys/prctl.h>
 #endif
 
 namespace attnrt::runtime {
-
-// EXPERIMENT (not to land as is): ATTNRT_EVENT_WAIT=query spins on cudaEventQuery instead of
-// cudaEventSynchronize.
-cudaError_t SyncEvent(cudaEvent_t done) {
-  static const bool query = [] {
-    const char* v = std::getenv("ATTNRT_EVENT_WAIT");
-    return v != nullptr && std::string(v) == "query";
-  }();
-  if (!query) return cudaEventSynchronize(done);
-  for (;;) {
-    const cudaError_t err = cudaEventQuery(done);
-    if (err != cudaErrorNotReady) return err;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
-}
 
 // Only samples the thread saw complete while spinning update an estimate (one that was already
 // complete says only that the step took no longer); a wait that overslept shortens it by a
@@ -58,7 +38,7 @@ cudaError_t StepEstimates::Wait(cudaEvent_t done, std::size_t key, Clock::time_p
       }
     }
   }
-  err = SyncEvent(done);  // spins (the default device schedule with few contexts)
+  err = cudaEventSynchronize(done);  // spins (the default device schedule with few contexts)
   if (err == cudaSuccess) {
     last_done_ = Clock::now();
     const double took = std::chrono::duration<double, std::micro>(last_done_ - began).count();
@@ -97,7 +77,7 @@ void CudaExecutor::Impl::CompletionLoop() {
                                        static_cast<std::size_t>(piece.path) * num_buckets() +
                                            piece.bucket_index,
                                        piece.launched_at)
-                : SyncEvent(buf.done.get());
+                : cudaEventSynchronize(buf.done.get());
         if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
         if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
           float ms = 0.0f;
