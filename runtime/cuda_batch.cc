@@ -54,15 +54,16 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   // A piece with host-memory rows runs the H2D and D2H copies anyway. Its kDevice rows staged
   // in this executor's mapped memory (the host reads and writes it too) join them, so the
   // piece runs the host-memory graph instead of both paths (H100, 1.5x offered load at max
-  // batch 128: half the pieces mixed records staged on the heap with mapped ones, r4).
-  bool piece_has_host = false;
-  for (int j = 0; j < piece.count && !piece_has_host; ++j) {
-    piece_has_host =
+  // batch 128: half the pieces mixed records staged on the heap with mapped ones, r4). So do
+  // they in the smallest buckets, where the host-memory graph is the faster one.
+  bool pack_staged = PackStagedRows(piece.bucket_index);
+  for (int j = 0; j < piece.count && !pack_staged; ++j) {
+    pack_staged =
         b.batch.requests[b.plan.live[piece.first + j].index].memory == MemoryKind::kHost;
   }
   auto via_host = [&](const BatchRequest& r) {
     if (r.memory == MemoryKind::kHost) return true;
-    return piece_has_host && staging->Contains(r.q) && staging->Contains(r.k) &&
+    return pack_staged && staging->Contains(r.q) && staging->Contains(r.k) &&
            staging->Contains(r.v) && staging->Contains(r.out) &&
            (r.lse == nullptr || staging->Contains(r.lse));
   };

@@ -168,9 +168,7 @@ Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buf
   const std::size_t in_bytes = host ? l.in_bytes : l.meta_bytes;
   // A copy between pinned staging and its device mirror: a copy kernel where both directions
   // are small, else a memcpy node.
-  const bool kernel_copies = pinned_is_device_addressable &&
-                             std::max(in_bytes, host ? l.out_bytes : 0) <=
-                                 options.kernel_copy_max_bytes;
+  const bool kernel_copies = CopiesByKernel(in_bytes, host ? l.out_bytes : 0);
   auto add_copy = [&](const cudaGraphNode_t* deps, std::size_t num_deps, void* to,
                       const void* from, std::size_t bytes, cudaMemcpyKind direction,
                       cudaGraphNode_t* node) -> Status {

@@ -290,6 +290,7 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
   CudaExecutorOptions o = Options();
   o.offer_staging_memory = true;
   o.record_timings = true;
+  o.kernel_copy_max_bytes = 0;  // no bucket packs staged requests (see the next test)
   auto ex = Make(o);
   ASSERT_NE(ex, nullptr);
   StagingMemory* staging = ex->staging_memory();
@@ -344,6 +345,57 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
       EXPECT_EQ(t.host_requests, any_host ? t.requests : 0) << "step " << step;
     }
     staging->Free(allocation);
+  }
+}
+
+// In buckets small enough for copy kernels, a staged request is packed and takes the host-memory
+// graph (faster than the gather kernel there); with kernel_copy_max_bytes 0 it runs in place.
+// Either way its output lands in its staged out/lse.
+TEST_F(CudaExecutorGpuTest, SmallBucketsPackStagedRequests) {
+  for (const std::size_t kernel_copy_max_bytes : {std::size_t{64} << 10, std::size_t{0}}) {
+    SCOPED_TRACE("kernel_copy_max_bytes " + std::to_string(kernel_copy_max_bytes));
+    CudaExecutorOptions o = Options();
+    o.offer_staging_memory = true;
+    o.record_timings = true;
+    o.kernel_copy_max_bytes = kernel_copy_max_bytes;
+    auto ex = Make(o);
+    ASSERT_NE(ex, nullptr);
+    StagingMemory* staging = ex->staging_memory();
+    ASSERT_NE(staging, nullptr);
+    RandomWorkload w(*ex, 607);
+    w.AddSequences(3, 40);
+    const std::size_t q_bytes = static_cast<std::size_t>(ex->shape().num_q_heads) *
+                                ex->shape().head_dim * sizeof(Half);
+    const std::size_t kv_bytes = ex->shape().kv_token_elems() * sizeof(Half);
+    const std::size_t lse_bytes = ex->shape().num_q_heads * sizeof(float);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<OwnedRequest> reqs = w.MakeBatch(1);
+      auto* c = static_cast<char*>(staging->Allocate(2 * q_bytes + 2 * kv_bytes + lse_bytes));
+      ASSERT_NE(c, nullptr);
+      std::memcpy(c, reqs[0].q.data(), q_bytes);
+      std::memcpy(c + q_bytes, reqs[0].k.data(), kv_bytes);
+      std::memcpy(c + q_bytes + kv_bytes, reqs[0].v.data(), kv_bytes);
+      std::memset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes);  // poisoned out, lse
+      Batch batch = RandomWorkload::ToBatch(reqs);
+      BatchRequest& r = batch.requests[0];
+      r.memory = MemoryKind::kDevice;
+      r.q = reinterpret_cast<const Half*>(c);
+      r.k = reinterpret_cast<const Half*>(c + q_bytes);
+      r.v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
+      r.out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
+      r.lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
+      testing::SyncResult result = SubmitAndWait(*ex, std::move(batch));
+      ASSERT_TRUE(result.submit.ok()) << result.submit.ToString();
+      ASSERT_TRUE(result.statuses[0].ok()) << result.statuses[0].ToString();
+      EXPECT_TRUE(testing::IsNaN(reqs[0].out[0])) << "a staged request wrote the host out";
+      std::memcpy(reqs[0].out.data(), c + q_bytes + 2 * kv_bytes, q_bytes);
+      std::memcpy(reqs[0].lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes);
+      EXPECT_TRUE(MatchesExpected(reqs[0])) << "step " << step;
+      const std::vector<PieceTimings> timings = ex->TakeTimings();
+      ASSERT_EQ(timings.size(), 1u);
+      EXPECT_EQ(timings[0].host_requests, kernel_copy_max_bytes > 0 ? 1 : 0) << "step " << step;
+      staging->Free(c);
+    }
   }
 }
 
