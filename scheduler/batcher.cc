@@ -263,14 +263,9 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
   }
   const ClockNanos deadline_at = pending_.NextDeadlineNs();
   const ClockNanos wake_at = std::min(window_at, deadline_at);
-  // Polling pays only when nothing is in flight: a request arriving then is dispatched to an
-  // idle GPU, and a futex wake-up would add to its latency. With a batch running, what arrives
-  // waits for that step anyway (dispatched a few microseconds later, it still runs behind it),
-  // and a poll through every step took a core (H100, B=128, device-memory requests: the batching
-  // thread 1.7 us of CPU per request, 2026-11-27).
-  if (!closing && can_dispatch && in_flight_.load(std::memory_order_acquire) == 0) {
-    SpinBeforeSleep(wake_at);
-  }
+  // Polling pays only when what can arrive can be dispatched at once: with every batch slot
+  // taken the next step waits for a completion, which wakes this thread anyway.
+  if (!closing && can_dispatch) SpinBeforeSleep(wake_at);
   wake_hint_.store(false, std::memory_order_relaxed);
   // What a producer's new request must cross to wake us (see the file comment).
   if (closing) {

@@ -170,9 +170,9 @@ class Scheduler::Impl final : public ClockListener {
 
   void Wake();
 
-  // Before blocking with nothing in flight, the batching thread polls for up to batcher_spin
-  // (real time, steady clock only): a request arriving meanwhile is taken without a futex
-  // wake-up of this thread, which costs several microseconds on the latency path.
+  // Before blocking, the batching thread polls for up to batcher_spin (real time, steady clock
+  // only): a request or a completion arriving meanwhile is taken without a futex wake-up of
+  // this thread, which costs several microseconds on the latency path.
   void SpinBeforeSleep(ClockNanos wake_at);
 
   void Run();

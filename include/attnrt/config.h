@@ -113,9 +113,9 @@ inline constexpr int kNumPriorityLevels = 2;
 // copy Submit makes anyway (bench/NOTES.md).
 inline constexpr bool kCheckFinite = true;
 inline constexpr int kCompletionThreads = 2;
-// The batching thread, with no batch in flight, polls this long for new work before it blocks: a
-// request arriving within it is taken without waking a sleeping thread (several microseconds
-// saved on every step of a closed-loop decode). 0 = block at once (no idle CPU spent).
+// The batching thread polls this long for new work before it blocks: a request arriving within
+// it is taken without waking a sleeping thread (several microseconds saved on every step of a
+// closed-loop decode). 0 = block at once (no idle CPU spent).
 inline constexpr int kBatcherSpinUs = 100;
 // batcher_spin's default, "auto": kBatcherSpinUs on a machine with at least
 // kSpinMinHardwareThreads hardware threads, 0 below, where the polling thread would take the CPU
