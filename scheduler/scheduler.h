@@ -107,7 +107,8 @@ struct SchedulerOptions {
   bool check_finite = defaults::kCheckFinite;
   // Threads delivering results (futures and callbacks); 1..64.
   int completion_threads = defaults::kCompletionThreads;
-  // How long the batching thread polls for work before it blocks (0 = never polls); -1 (the
+  // How long the batching thread polls for work before it blocks (while requests wait for their
+  // window: its last batcher_spin, sleeping before) (0 = never polls); -1 (the
   // default) = auto (ResolveBatcherSpin).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
   // How long a thread waiting on a ResultFuture polls before it sleeps (every waiter polls at

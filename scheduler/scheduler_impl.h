@@ -174,6 +174,7 @@ class Scheduler::Impl final : public ClockListener {
   // only): a request or a completion arriving meanwhile is taken without a futex wake-up of
   // this thread, which costs several microseconds on the latency path.
   void SpinBeforeSleep(ClockNanos wake_at);
+  bool Polls() const { return spin_ns_ > 0 && clock_ == SteadyClock::Default(); }
 
   void Run();
 

@@ -53,7 +53,8 @@ struct RuntimeOptions {
   // host.
   bool check_finite = defaults::kCheckFinite;
   int completion_threads = defaults::kCompletionThreads;  // threads running callbacks / futures
-  // How long the batching thread polls for new requests before it sleeps; 0 = sleep at once;
+  // How long the batching thread polls for new requests before it sleeps (while requests wait
+  // for their window: its last batcher_spin, sleeping before); 0 = sleep at once;
   // -1 (the default) = 100 us on a machine with 4 or more hardware threads, else 0.
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
   // How long a thread waiting on a ResultFuture polls before it sleeps (every waiter polls at
