@@ -115,7 +115,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
 
 void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
   PipelineBuffer& buf = buffers[piece.buffer];
-  cudaStream_t st = stream.get();
+  cudaStream_t st = buf.stream.get();
   if (faults->launch.Hit()) {
     piece.launch_status = LaunchInvalidForTesting(st);
   } else {
@@ -144,6 +144,8 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
     }
     piece.launch_status = status;
   }
+  // A failed launch may have queued no compute (and no record of `computed`).
+  if (!piece.launch_status.ok()) ForwardComputeOrder(piece.buffer);
   // Recorded even after a failed launch: whatever did get queued still uses the buffer.
   piece.event_recorded = cudaEventRecord(buf.done.get(), st) == cudaSuccess;
   if (!piece.event_recorded && piece.launch_status.ok()) {
@@ -253,12 +255,6 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
       pack_pool->Prepare();
     }
   }
-  Status wait_status;
-  if (n > 0 && b.batch.ready_event != nullptr) {
-    wait_status = CudaStatus(
-        cudaStreamWaitEvent(stream.get(), b.batch.ready_event, 0),
-        "cudaStreamWaitEvent(ready_event)", __FILE__, __LINE__);
-  }
   for (int i = 0; i < b.num_pieces; ++i) {
     Piece piece;
     piece.batch = state;
@@ -267,7 +263,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
     piece.timings.plan_us = i == 0 ? b.plan_us : 0.0;
     piece.timings.queue_us = i == 0 ? queue_us : 0.0;
     piece.timings.requests = piece.count;
-    if (piece.count > 0 && wait_status.ok()) {
+    if (piece.count > 0) {
       piece.bucket_index = static_cast<int>(
           std::lower_bound(options.buckets.begin(), options.buckets.end(), piece.count) -
           options.buckets.begin());
@@ -285,7 +281,19 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
       const Clock::time_point t_launch = Clock::now();
       piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();
       StatusOr<int> path = ChoosePath(piece.bucket_index, max_kv_length);
-      if (path.ok()) {
+      Status ready;
+      if (path.ok() && b.batch.ready_event != nullptr) {
+        ready = CudaStatus(cudaStreamWaitEvent(buffers[piece.buffer].stream.get(),
+                                               b.batch.ready_event, 0),
+                           "cudaStreamWaitEvent(ready_event)", __FILE__, __LINE__);
+      }
+      if (!path.ok()) {
+        piece.launch_status = path.status();  // nothing queued: the buffer frees at once
+        ForwardComputeOrder(piece.buffer);
+      } else if (!ready.ok()) {
+        piece.launch_status = ready;
+        ForwardComputeOrder(piece.buffer);
+      } else {
         piece.path = *path;
         piece.timings.path_max_kv_length = paths[piece.path].max_kv_length;
         if (options.record_timings && last_launched_buffer >= 0) {
@@ -296,12 +304,8 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
         Launch(piece, e);
         piece.launched_at = Clock::now();
         if (piece.event_recorded) last_launched_buffer = piece.buffer;
-      } else {
-        piece.launch_status = path.status();  // nothing queued: the buffer frees at once
       }
       piece.timings.launch_us = MicrosSince(t_launch);
-    } else if (piece.count > 0) {
-      piece.launch_status = wait_status;
     }
     {
       MutexLock lock(&mu);

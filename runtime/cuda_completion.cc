@@ -13,7 +13,7 @@ namespace attnrt::runtime {
 // Only samples the thread saw complete while spinning update an estimate (one that was already
 // complete says only that the step took no longer); a wait that overslept shortens it by a
 // tenth, so the estimate errs towards spinning. A step's GPU time starts at its launch or at
-// the previous piece's completion, whichever is later (one stream: pieces run in order).
+// the previous piece's completion, whichever is later (the computes run in launch order).
 cudaError_t StepEstimates::Wait(cudaEvent_t done, std::size_t key, Clock::time_point launched_at) {
   cudaError_t err = cudaEventQuery(done);
   if (err != cudaErrorNotReady) {  // complete (or failed): nothing learnt

@@ -131,8 +131,10 @@ Status CudaExecutor::Impl::Init() {
     ATTNRT_ASSIGN_OR_RETURN(buf.out, PinnedBuffer::Create(largest.out_bytes));
     ATTNRT_ASSIGN_OR_RETURN(buf.dev_in, DeviceBuffer::Create(largest.in_bytes));
     ATTNRT_ASSIGN_OR_RETURN(buf.dev_out, DeviceBuffer::Create(largest.out_bytes));
+    ATTNRT_ASSIGN_OR_RETURN(buf.stream, Stream::Create());
     ATTNRT_ASSIGN_OR_RETURN(buf.start, Event::Create(/*timing=*/true));
     ATTNRT_ASSIGN_OR_RETURN(buf.done, Event::Create(/*timing=*/options.record_timings));
+    ATTNRT_ASSIGN_OR_RETURN(buf.computed, Event::Create(/*timing=*/false));
     // All padding until packed: a warm-up or stray replay touches nothing.
     std::memset(buf.in.data(), 0, buf.in.bytes());
     ATTNRT_CUDA_RETURN(cudaMemset(buf.dev_in.data(), 0, buf.dev_in.bytes()));
@@ -142,6 +144,9 @@ Status CudaExecutor::Impl::Init() {
     memory.buffer_device_bytes += buf.dev_in.bytes() + buf.dev_out.bytes();
     memory.pinned_bytes += buf.in.bytes() + buf.out.bytes();
   }
+  // The memsets ran on the legacy stream, which the buffers' non-blocking streams do not wait
+  // for.
+  ATTNRT_CUDA_RETURN(cudaDeviceSynchronize());
   pinned_is_device_addressable = true;
   for (PipelineBuffer& buf : buffers) {
     for (void* host : {buf.in.data(), buf.out.data()}) {
@@ -152,7 +157,7 @@ Status CudaExecutor::Impl::Init() {
       }
     }
   }
-  // One workspace for every path and bucket: pieces run one after another on one stream. The
+  // One workspace for every path and bucket: the pieces' computes run one after another. The
   // split-KV arrival counters (the same bytes for every split-KV plan of this device) stay
   // apart from what the other plans write (WorkspaceFor).
   for (std::size_t p = 0; p < paths.size(); ++p) {
@@ -231,7 +236,7 @@ Status CudaExecutor::Impl::Init() {
       }
     }
   }
-  ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+  ATTNRT_RETURN_IF_ERROR(DrainStream());
 
   if (options.mode == LaunchMode::kGraph) {
     graphs.resize(paths.size() * options.buckets.size() * buffers.size());
@@ -249,7 +254,7 @@ Status CudaExecutor::Impl::Init() {
           ATTNRT_RETURN_IF_ERROR(Capture(p, b, i, &GraphFor(p, b, i)));
           ++memory.num_graphs;
         }
-        ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+        ATTNRT_RETURN_IF_ERROR(DrainStream());
         report.capture_ms = MicrosSince(t0) / 1000.0;
         ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_after, &total));
         report.graph_bytes = free_before > free_after ? free_before - free_after : 0;

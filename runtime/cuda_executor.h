@@ -133,9 +133,10 @@ struct PieceTimings {
 
 // Thread safety: as Executor. Submit plans a batch on the calling thread; a launcher thread
 // packs and launches it (the calling thread itself when no other batch is in flight), so the
-// next batch's plan overlaps this one's pack and launch. Batches run in submission order on one
-// stream; a completion thread waits on each piece's event, copies host-memory outputs out of
-// the pinned staging and calls done. Sequence management and SelectPath wait for every planned
+// next batch's plan overlaps this one's pack and launch. Each pipeline buffer has a stream, so
+// a piece's copies overlap the previous piece's compute; the computes (KV appends included) run
+// in submission order. A completion thread waits on each piece's event, copies host-memory
+// outputs out of the pinned staging and calls done. Sequence management and SelectPath wait for every planned
 // batch to be launched.
 class CudaExecutor : public Executor {
  public:

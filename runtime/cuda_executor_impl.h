@@ -167,10 +167,16 @@ struct CapturedGraph {
   std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
 };
 
+// A pipeline buffer's pieces run on its own stream, so one piece's copies (H2D, gather, D2H,
+// scatter) overlap the previous piece's compute; the computes themselves run one after another
+// (KV appends in plan order, one shared workspace): each piece's compute waits for `computed`
+// of the buffer used before it (buffers are taken round-robin) and records its own.
 struct PipelineBuffer {
   PinnedBuffer in, out;
   DeviceBuffer dev_in, dev_out;
+  Stream stream;
   Event start, done;
+  Event computed;  // recorded after this buffer's latest compute (or its ordering forwarded)
   bool busy = false;  // guarded by CudaExecutor::Impl::mu (another object's: not annotated)
 };
 
@@ -272,10 +278,10 @@ struct CudaExecutor::Impl {
   std::vector<char> runnable;           // [path][bucket]: workspace within budget (captured)
   int max_blocks = 0;
 
-  Stream stream;
+  Stream stream;  // capture, warm-up and upload; pieces run on their buffer's stream
   CublasHandle cublas;  // for plans that use cuBLAS (the GEMM path) only
   std::vector<PipelineBuffer> buffers;
-  // One workspace for every path and bucket (pieces run one after another on one stream). Its
+  // One workspace for every path and bucket (the computes run one after another). Its
   // first workspace_zero_bytes are the split-KV plans' arrival counters (zero between runs);
   // a plan without counters (the GEMM path) gets the workspace past them (WorkspaceFor).
   DeviceBuffer workspace;
@@ -325,9 +331,9 @@ struct CudaExecutor::Impl {
       if (launcher_thread.joinable()) launcher_thread.join();
     }
     if (stream.get() != nullptr) {
-      const cudaError_t err = cudaStreamSynchronize(stream.get());
+      const cudaError_t err = cudaDeviceSynchronize();
       if (err != cudaSuccess) {
-        Logger().warn("cuda executor: cudaStreamSynchronize at teardown: {}",
+        Logger().warn("cuda executor: cudaDeviceSynchronize at teardown: {}",
                       cudaGetErrorString(err));
       }
     }
@@ -345,7 +351,19 @@ struct CudaExecutor::Impl {
   StatusOr<int> ChoosePath(int bucket, int max_kv_length) const;
   kernels::DecodeBatchView ViewFor(int bucket, int buffer) const;
   BatchIoArgs IoArgsFor(int bucket, int buffer) const;
-  Status EnqueueCompute(int path, int bucket, int buffer);
+  // The compute of a piece on `st` (a buffer's stream, or the capture stream).
+  Status EnqueueCompute(int path, int bucket, int buffer, cudaStream_t st);
+  // The buffer whose compute precedes `buffer`'s (round-robin).
+  int PreviousBuffer(int buffer) const {
+    return (buffer + static_cast<int>(buffers.size()) - 1) % static_cast<int>(buffers.size());
+  }
+  // Keeps the compute order when `buffer`'s piece queued no compute (a failed or skipped
+  // launch): its `computed` is recorded after the previous buffer's.
+  void ForwardComputeOrder(int buffer);
+  // Adds to `graph` an event wait on the previous buffer's `computed` before `roots` and a
+  // record of `buffer`'s after `leaves` (the compute's own nodes).
+  Status AddComputeOrderNodes(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& roots,
+                              const std::vector<cudaGraphNode_t>& leaves, int buffer);
   kernels::DecodeWorkspace WorkspaceFor(const kernels::DecodePlan& plan) const;
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);

@@ -47,10 +47,37 @@ BatchIoArgs CudaExecutor::Impl::IoArgsFor(int bucket, int buffer) const {
 
 // The path's plan for this bucket, run on the pipeline buffer's arrays: append, then decode
 // attention.
-Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int buffer) {
+Status CudaExecutor::Impl::EnqueueCompute(int path, int bucket, int buffer, cudaStream_t st) {
   const DecodePath& p = paths[path];
   return p.variant->run(p.plans[bucket], ViewFor(bucket, buffer), pools,
-                        WorkspaceFor(p.plans[bucket]), {stream.get(), cublas.get()});
+                        WorkspaceFor(p.plans[bucket]), {st, cublas.get()});
+}
+
+void CudaExecutor::Impl::ForwardComputeOrder(int buffer) {
+  cudaStream_t st = buffers[buffer].stream.get();
+  if (cudaStreamWaitEvent(st, buffers[PreviousBuffer(buffer)].computed.get(), 0) != cudaSuccess ||
+      cudaEventRecord(buffers[buffer].computed.get(), st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    // The next compute could then start before an earlier one ends: wait for all of them.
+    Logger().error("cuda executor: could not forward the compute order; synchronizing");
+    (void)cudaDeviceSynchronize();
+  }
+}
+
+Status CudaExecutor::Impl::AddComputeOrderNodes(cudaGraph_t graph,
+                                                const std::vector<cudaGraphNode_t>& roots,
+                                                const std::vector<cudaGraphNode_t>& leaves,
+                                                int buffer) {
+  cudaGraphNode_t wait = nullptr, record = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphAddEventWaitNode(&wait, graph, nullptr, 0,
+                                               buffers[PreviousBuffer(buffer)].computed.get()));
+  for (cudaGraphNode_t root : roots) {
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(graph, &wait, &root, nullptr, 1));
+  }
+  const std::vector<cudaGraphNode_t> after = leaves.empty() ? std::vector{wait} : leaves;
+  ATTNRT_CUDA_RETURN(cudaGraphAddEventRecordNode(&record, graph, after.data(), after.size(),
+                                                 buffers[buffer].computed.get()));
+  return Status::Ok();
 }
 
 kernels::DecodeWorkspace CudaExecutor::Impl::WorkspaceFor(const kernels::DecodePlan& plan) const {
@@ -89,13 +116,15 @@ StatusOr<GraphShape> ShapeOf(cudaGraph_t graph) {
 Status CudaExecutor::Impl::EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
-  cudaStream_t st = stream.get();
+  cudaStream_t st = buf.stream.get();
   ATTNRT_CUDA_RETURN(cudaMemcpyAsync(buf.dev_in.data(), buf.in.data(),
                                      e.h2d_full ? l.in_bytes : l.meta_bytes,
                                      cudaMemcpyHostToDevice, st));
   const BatchIoArgs io = IoArgsFor(bucket, buffer);
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchGather(io, st));
-  if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, buffer));
+  ATTNRT_CUDA_RETURN(cudaStreamWaitEvent(st, buffers[PreviousBuffer(buffer)].computed.get(), 0));
+  if (e.compute) ATTNRT_RETURN_IF_ERROR(EnqueueCompute(path, bucket, buffer, st));
+  ATTNRT_CUDA_RETURN(cudaEventRecord(buf.computed.get(), st));
   if (e.device_io) ATTNRT_RETURN_IF_ERROR(LaunchScatter(io, st));
   if (e.d2h) {
     ATTNRT_CUDA_RETURN(cudaMemcpyAsync(buf.out.data(), buf.dev_out.data(), l.out_bytes,
@@ -112,7 +141,7 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   // executor's copies and gather/scatter are then added to the same graph as explicit nodes
   // whose handles it keeps (one flat graph: no child-graph node on the launch path).
   ATTNRT_CUDA_RETURN(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  const Status enqueued = EnqueueCompute(path, bucket, buffer);
+  const Status enqueued = EnqueueCompute(path, bucket, buffer, stream.get());
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream.get(), &raw);
   g->graph = Graph::Adopt(raw);
@@ -125,6 +154,7 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
                                       &g->device_graph, &g->device_exec));
 
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
+  ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(graph, shape.roots, shape.leaves, buffer));
   g->compute_nodes.clear();
   for (cudaGraphNode_t node : shape.nodes) {
     cudaGraphNodeType type{};
@@ -151,7 +181,7 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
                                               buf.dev_out.data(), l.out_bytes,
                                               cudaMemcpyDeviceToHost));
   ATTNRT_ASSIGN_OR_RETURN(g->exec, GraphExec::Instantiate(g->graph));
-  ATTNRT_CUDA_RETURN(cudaGraphUpload(g->exec.get(), stream.get()));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(g->exec.get(), buf.stream.get()));  // where it will run
   g->enabled.reset();
   return Status::Ok();
 }
@@ -164,6 +194,7 @@ Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buf
   ATTNRT_CUDA_RETURN(cudaGraphClone(&raw, compute));
   *graph = Graph::Adopt(raw);
   ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
+  ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(raw, shape.roots, shape.leaves, buffer));
   const bool host = kind == LeanGraph::kHostMemory;
   const std::size_t in_bytes = host ? l.in_bytes : l.meta_bytes;
   // A copy between pinned staging and its device mirror: a copy kernel where both directions
@@ -197,7 +228,7 @@ Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buf
     ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, leaves.data(), leaves.size(), io, &last));
   }
   ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
-  ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), stream.get()));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), buf.stream.get()));
   return Status::Ok();
 }
 
@@ -224,6 +255,7 @@ Status CudaExecutor::Impl::SetEnables(CapturedGraph& g, const NodeEnables& e) {
 // piece; the cache's synchronous copies run on the legacy stream, so the device is synced after.
 Status CudaExecutor::Impl::DrainStream() {
   ATTNRT_CUDA_RETURN(cudaStreamSynchronize(stream.get()));
+  for (PipelineBuffer& buf : buffers) ATTNRT_CUDA_RETURN(cudaStreamSynchronize(buf.stream.get()));
   return Status::Ok();
 }
 
