@@ -904,9 +904,10 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
 
 struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
-  // The GPU's own bound: batch / the capacity run's median GPU time per piece (CUDA events),
-  // and the 1.5x run's throughput over it. Steadier than the closed-loop capacity, whose
-  // submitting thread does not always keep the GPU busy on a noisy host.
+  // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
+  // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-27) a
+  // piece's events also span its wait behind the previous piece's compute, so this understates
+  // what the GPU can do; it was the GPU's own bound while pieces ran one after another.
   double gpu_capacity = 0, gpu_ratio = 0;
 };
 
@@ -991,7 +992,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   s.p99_70_us = loaded.rejected > 0 ? 1e9 : loaded.p99_us;  // shedding at 70% fails the bound
   s.bound_us = kWindowUs + 2 * cap->step_us;
   std::printf("saturation B=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
-              "%.3f x (of the GPU's bound %.0f req/s: %.3f x); 70%% load p99 %.0f us (queue p99 "
+              "%.3f x (of batch / piece event time %.0f req/s: %.3f x); 70%% load p99 %.0f us (queue p99 "
               "%.0f, executor p50 %.0f) vs bound %.0f us\n",
               batch, variation.Name().c_str(), s.capacity, s.step_us,
               sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, loaded.p99_us,
