@@ -905,7 +905,7 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
 struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
-  // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-27) a
+  // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-26) a
   // piece's events also span its wait behind the previous piece's compute, so this understates
   // what the GPU can do; it was the GPU's own bound while pieces ran one after another.
   double gpu_capacity = 0, gpu_ratio = 0;

@@ -378,7 +378,7 @@ struct CudaExecutor::Impl {
   }
   // A bucket so small that its host-memory graph (copy kernels) beats the device-memory one
   // (an extra gather kernel): requests staged in this executor's mapped memory are packed
-  // and take the host path there (H100, B=1: executor 27.9 vs 29.9 us, 2026-11-27).
+  // and take the host path there (H100, B=1: executor 27.9 vs 29.9 us, 2026-11-26).
   bool PackStagedRows(int bucket) const {
     const BufferLayout& l = layouts[bucket];
     return options.mode == LaunchMode::kGraph && CopiesByKernel(l.in_bytes, l.out_bytes);

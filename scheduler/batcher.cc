@@ -268,7 +268,7 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
   // requests wait for their window, only the window's last batcher_spin is polled (its expiry
   // kept to the microsecond): the thread sleeps until then, unless a full bucket fills (a
   // producer wakes it). Polling the whole window took a core at max batch 128 (H100: 1.7 us of
-  // the batching thread's CPU per device-memory request, 2026-11-27).
+  // the batching thread's CPU per device-memory request, 2026-11-26).
   ClockNanos sleep_until = wake_at;
   if (!closing && can_dispatch) {
     const bool window_ahead = !pending_.empty() && wake_at != kNever && wake_at - now > spin_ns_;
