@@ -281,6 +281,35 @@ TEST_F(CudaExecutorGpuTest, DeviceAndHostMemoryInTheSameGraphs) {
   }
 }
 
+// A request staged in one chunk of staging memory: [q][k][v][out][lse], out and lse poisoned.
+struct StagedChunk {
+  std::size_t q_bytes, kv_bytes, lse_bytes;
+  explicit StagedChunk(const ModelShape& shape)
+      : q_bytes(static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim * sizeof(Half)),
+        kv_bytes(shape.kv_token_elems() * sizeof(Half)),
+        lse_bytes(shape.num_q_heads * sizeof(float)) {}
+  std::size_t bytes() const { return 2 * q_bytes + 2 * kv_bytes + lse_bytes; }
+  // Copies `req`'s q/k/v into chunk `c` and points `r` (kDevice) at it.
+  void Stage(char* c, const OwnedRequest& req, BatchRequest* r) const {
+    std::memcpy(c, req.q.data(), q_bytes);
+    std::memcpy(c + q_bytes, req.k.data(), kv_bytes);
+    std::memcpy(c + q_bytes + kv_bytes, req.v.data(), kv_bytes);
+    std::memset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes);  // poisoned out, lse
+    r->memory = MemoryKind::kDevice;
+    r->q = reinterpret_cast<const Half*>(c);
+    r->k = reinterpret_cast<const Half*>(c + q_bytes);
+    r->v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
+    r->out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
+    r->lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
+  }
+  // The staged out/lse of chunk `c` into `req` (whose own out must be untouched: NaN).
+  void ReadBack(const char* c, OwnedRequest* req) const {
+    EXPECT_TRUE(testing::IsNaN(req->out[0])) << "a staged request wrote the host out";
+    std::memcpy(req->out.data(), c + q_bytes + 2 * kv_bytes, q_bytes);
+    std::memcpy(req->lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes);
+  }
+};
+
 // Requests staged in the executor's staging memory (pinned, mapped) run as kDevice in place:
 // the graph's gather reads q/k/v from host memory and its scatter writes out/lse there; every
 // other batch all staged (the device-memory graph), the rest mixed with ordinary host requests
@@ -297,11 +326,8 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
   ASSERT_NE(staging, nullptr);
   RandomWorkload w(*ex, 606);
   w.AddSequences(12, 150);
-  const std::size_t q_bytes = static_cast<std::size_t>(ex->shape().num_q_heads) *
-                              ex->shape().head_dim * sizeof(Half);
-  const std::size_t kv_bytes = ex->shape().kv_token_elems() * sizeof(Half);
-  const std::size_t lse_bytes = ex->shape().num_q_heads * sizeof(float);
-  const std::size_t stride = 2 * q_bytes + 2 * kv_bytes + lse_bytes;
+  const StagedChunk layout(ex->shape());
+  const std::size_t stride = layout.bytes();
   for (int step = 0; step < 8; ++step) {
     std::vector<OwnedRequest> reqs = w.MakeBatch(w.rng().NextInt(1, 40));
     const bool all_staged = step % 2 == 0;
@@ -313,28 +339,14 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
     std::vector<char*> chunk(reqs.size(), nullptr);
     for (std::size_t i = 0; i < reqs.size(); ++i) {
       if (!all_staged && i % 4 == 3) continue;  // an ordinary host request
-      char* c = chunk[i] = base + i * stride;
-      std::memcpy(c, reqs[i].q.data(), q_bytes);
-      std::memcpy(c + q_bytes, reqs[i].k.data(), kv_bytes);
-      std::memcpy(c + q_bytes + kv_bytes, reqs[i].v.data(), kv_bytes);
-      std::memset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes);  // poisoned out, lse
-      BatchRequest& r = batch.requests[i];
-      r.memory = MemoryKind::kDevice;
-      r.q = reinterpret_cast<const Half*>(c);
-      r.k = reinterpret_cast<const Half*>(c + q_bytes);
-      r.v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
-      r.out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
-      r.lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
+      chunk[i] = base + i * stride;
+      layout.Stage(chunk[i], reqs[i], &batch.requests[i]);
     }
     testing::SyncResult r = SubmitAndWait(*ex, std::move(batch));
     ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
     for (std::size_t i = 0; i < reqs.size(); ++i) {
       ASSERT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
-      if (chunk[i] != nullptr) {
-        EXPECT_TRUE(testing::IsNaN(reqs[i].out[0])) << "a staged request wrote the host out";
-        std::memcpy(reqs[i].out.data(), chunk[i] + q_bytes + 2 * kv_bytes, q_bytes);
-        std::memcpy(reqs[i].lse.data(), chunk[i] + 2 * q_bytes + 2 * kv_bytes, lse_bytes);
-      }
+      if (chunk[i] != nullptr) layout.ReadBack(chunk[i], &reqs[i]);
       EXPECT_TRUE(MatchesExpected(reqs[i]))
           << "step " << step << " request " << i << (chunk[i] ? " (staged)" : " (host)");
     }
@@ -364,32 +376,17 @@ TEST_F(CudaExecutorGpuTest, SmallBucketsPackStagedRequests) {
     ASSERT_NE(staging, nullptr);
     RandomWorkload w(*ex, 607);
     w.AddSequences(3, 40);
-    const std::size_t q_bytes = static_cast<std::size_t>(ex->shape().num_q_heads) *
-                                ex->shape().head_dim * sizeof(Half);
-    const std::size_t kv_bytes = ex->shape().kv_token_elems() * sizeof(Half);
-    const std::size_t lse_bytes = ex->shape().num_q_heads * sizeof(float);
+    const StagedChunk layout(ex->shape());
     for (int step = 0; step < 3; ++step) {
       std::vector<OwnedRequest> reqs = w.MakeBatch(1);
-      auto* c = static_cast<char*>(staging->Allocate(2 * q_bytes + 2 * kv_bytes + lse_bytes));
+      auto* c = static_cast<char*>(staging->Allocate(layout.bytes()));
       ASSERT_NE(c, nullptr);
-      std::memcpy(c, reqs[0].q.data(), q_bytes);
-      std::memcpy(c + q_bytes, reqs[0].k.data(), kv_bytes);
-      std::memcpy(c + q_bytes + kv_bytes, reqs[0].v.data(), kv_bytes);
-      std::memset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes);  // poisoned out, lse
       Batch batch = RandomWorkload::ToBatch(reqs);
-      BatchRequest& r = batch.requests[0];
-      r.memory = MemoryKind::kDevice;
-      r.q = reinterpret_cast<const Half*>(c);
-      r.k = reinterpret_cast<const Half*>(c + q_bytes);
-      r.v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
-      r.out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
-      r.lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
+      layout.Stage(c, reqs[0], &batch.requests[0]);
       testing::SyncResult result = SubmitAndWait(*ex, std::move(batch));
       ASSERT_TRUE(result.submit.ok()) << result.submit.ToString();
       ASSERT_TRUE(result.statuses[0].ok()) << result.statuses[0].ToString();
-      EXPECT_TRUE(testing::IsNaN(reqs[0].out[0])) << "a staged request wrote the host out";
-      std::memcpy(reqs[0].out.data(), c + q_bytes + 2 * kv_bytes, q_bytes);
-      std::memcpy(reqs[0].lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes);
+      layout.ReadBack(c, &reqs[0]);
       EXPECT_TRUE(MatchesExpected(reqs[0])) << "step " << step;
       const std::vector<PieceTimings> timings = ex->TakeTimings();
       ASSERT_EQ(timings.size(), 1u);
