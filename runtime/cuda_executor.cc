@@ -267,7 +267,10 @@ Status CudaExecutor::Impl::Init() {
   memory.total_device_bytes = memory.kv_cache_bytes + memory.workspace_bytes +
                               memory.buffer_device_bytes + memory.graph_bytes;
   int helpers = options.pack_threads;
-  if (helpers < 0) helpers = std::min(3, static_cast<int>(std::thread::hardware_concurrency() / 4));
+  if (helpers < 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    helpers = std::min(6, std::max(cores / 4, cores / 2 - 2));
+  }
   pack_pool = std::make_unique<CopyPool>(helpers, options.pack_spin);
   if (options.sleep_through_steps) {
     step_estimates = std::make_unique<StepEstimates>(paths.size() * options.buckets.size());

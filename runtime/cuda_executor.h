@@ -72,7 +72,9 @@ struct CudaExecutorOptions {
   // nodes always. Also memcpy nodes where the driver maps pinned memory at another address.
   std::size_t kernel_copy_max_bytes = 64 * 1024;
   // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
-  // (one thread's memcpy limits the step at large batches); -1 picks min(3, cores / 4).
+  // (one thread's memcpy limits the step at large batches); -1 picks min(6, max(cores / 4,
+  // cores / 2 - 2)): 6 on a 16-core host, where 6 helpers against 3 took an overloaded Runtime
+  // at max batch 128 from 594-653 k to 719-739 k requests/s (H100, 2026-11-26, r11).
   int pack_threads = -1;
   // How long a pack helper spins for the next copy after one (and after the launcher announces
   // one) before it sleeps: a sleeping thread wakes in tens of microseconds, longer than a
