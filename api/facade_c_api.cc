@@ -215,9 +215,7 @@ attnrt_code attnrt_decode(attnrt_runtime* r, uint64_t id, int layer, const uint1
     return Report(s, error, len);
   }
   req.out = reinterpret_cast<attnrt::Half*>(out);
-  auto sub = r->rt->Submit(req);
-  if (!sub.ok()) return Report(sub.status(), error, len);
-  return Report(sub->result.get().status, error, len);
+  return Report(r->rt->Decode(req).status, error, len);
 }
 
 attnrt_code attnrt_submit(attnrt_runtime* r, uint64_t id, int layer, int priority,

@@ -126,6 +126,9 @@ class RuntimeImpl final : public Runtime {
   StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done) override {
     return scheduler_->Submit(request, std::move(done));
   }
+  DecodeResult Decode(const DecodeRequest& request) override {
+    return scheduler_->Decode(request);
+  }
   bool Cancel(const RequestHandle& handle) override { return scheduler_->Cancel(handle); }
 
   void Drain() override { scheduler_->Drain(); }

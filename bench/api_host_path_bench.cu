@@ -6,7 +6,8 @@
 //              by kernels on mapped pinned memory instead of memcpy nodes (zero-copy);
 //   b1         the public Runtime at B = 1 (H32 D128 T512, one caller thread, nothing else in
 //              flight): Submit -> result visible, p50/p99, graph and eager, and the ratio to
-//              the floor of the same bytes; then the same path in layers (executor alone,
+//              the floor of the same bytes; Runtime::Decode (the step on the caller's
+//              thread, the runtime idle), graph and eager; then the Submit path in layers (executor alone,
 //              Runtime with a callback the caller spins on) to show where the time goes, and
 //              the executor with a zero-copy request (mapped pinned q/k/v/out as kDevice);
 //   host_cpu   the runtime's CPU time per request at max batch 128 under a saturating
@@ -493,8 +494,24 @@ double MeanUs(const std::string& text, const std::string& histogram) {
                    : 0.0;
 }
 
-// One caller thread, Submit -> future.get(), rotating over every (sequence, layer).
-LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
+// How a B=1 caller gets its result.
+enum class B1Call {
+  kFuture,        // Submit -> future.get()
+  kCallbackSpin,  // Submit with a callback; the caller spins on a flag it sets
+  kDecode,        // Runtime::Decode (inline on the caller's thread: the runtime is idle)
+};
+
+const char* B1CallName(B1Call call) {
+  switch (call) {
+    case B1Call::kFuture: return "";
+    case B1Call::kCallbackSpin: return " callback";
+    case B1Call::kDecode: return " Decode";
+  }
+  return "";
+}
+
+// One caller thread, rotating over every (sequence, layer).
+LatencyUs MeasureB1(bool graphs, int iterations, B1Call call = B1Call::kFuture,
                     Variation variation = {}) {
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
@@ -517,7 +534,9 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
                     .layer = (i / kSequences) % shape.num_layers, .q = q, .k = k, .v = v};
     const Clock::time_point t0 = Clock::now();
     DecodeResult res;
-    if (callback_spin) {
+    if (call == B1Call::kDecode) {
+      res = rt->Decode(r);
+    } else if (call == B1Call::kCallbackSpin) {
       std::atomic<bool> done{false};
       auto h = rt->Submit(r, [&](DecodeResult result) {
         res = std::move(result);
@@ -546,7 +565,7 @@ LatencyUs MeasureB1(bool graphs, int iterations, bool callback_spin = false,
   mean /= std::max<std::size_t>(us.size(), 1);
   std::printf("  B=1 %s%s%s means: submit->dispatch %.1f us, executor %.1f, done->delivered "
               "%.1f, delivered->caller %.1f (caller's mean %.1f)\n",
-              graphs ? "graph" : "eager", callback_spin ? " callback" : "",
+              graphs ? "graph" : "eager", B1CallName(call),
               variation.result_spin.count() >= 0
                   ? (" result_spin " + std::to_string(variation.result_spin.count()) + " us").c_str()
                   : "",
@@ -1016,7 +1035,8 @@ int Run(const Options& o) {
                 what);
   };
   std::vector<std::pair<int, LatencyUs>> floors;
-  LatencyUs floor1, floor_decode, floor_decode_kernel_copies, graph, eager, executor1, callback1, short_poll;
+  LatencyUs floor1, floor_decode, floor_decode_kernel_copies, graph, eager, decode, decode_eager,
+      executor1, callback1, short_poll;
   if (o.b1) {
     section("floors and B=1 rows");
     std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
@@ -1056,8 +1076,14 @@ int Run(const Options& o) {
                 graph.p99, graph.p50 / floor1.p50);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Submit->result)", eager.p50,
                 eager.p99, eager.p50 / floor1.p50);
+    decode = MeasureB1(true, iters, B1Call::kDecode);
+    decode_eager = MeasureB1(false, iters, B1Call::kDecode);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 graph (Decode)", decode.p50,
+                decode.p99, decode.p50 / floor1.p50);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Decode)", decode_eager.p50,
+                decode_eager.p99, decode_eager.p50 / floor1.p50);
     executor1 = MeasureExecutorB1(iters);
-    callback1 = MeasureB1(true, iters, /*callback_spin=*/true);
+    callback1 = MeasureB1(true, iters, B1Call::kCallbackSpin);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: executor (caller spins)", executor1.p50,
                 executor1.p99, executor1.p50 / floor1.p50);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)",
@@ -1072,7 +1098,8 @@ int Run(const Options& o) {
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, timed pieces", executor_timed.p50,
                 executor_timed.p99, executor_timed.p50 / floor1.p50);
     short_poll =
-        MeasureB1(true, iters, false, Variation{.result_spin = std::chrono::microseconds(4)});
+        MeasureB1(true, iters, B1Call::kFuture,
+                  Variation{.result_spin = std::chrono::microseconds(4)});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: graph, result_spin 4 us", short_poll.p50,
                 short_poll.p99, short_poll.p50 / floor1.p50);
     std::printf("  B=1 graph p50 over the floor with the decode step: %.2f (copy kernels: %.2f)\n",
@@ -1116,7 +1143,7 @@ int Run(const Options& o) {
     for (int round = 0; round < 2; ++round) {
       for (const Variation& v : variants) {
         section(("staging A/B, B=1, round " + std::to_string(round + 1) + v.Name()).c_str());
-        const LatencyUs b1 = MeasureB1(true, iters, false, v);
+        const LatencyUs b1 = MeasureB1(true, iters, B1Call::kFuture, v);
         std::printf("%-34s %10.2f %10.2f\n", ("runtime B=1 graph" + v.Name()).c_str(), b1.p50,
                     b1.p99);
         const HostCpu h = MeasureHostCpu(dur, false, v);
@@ -1161,6 +1188,8 @@ int Run(const Options& o) {
                " \"b1_e2e_p50_us\": %.2f, \"b1_e2e_p99_us\": %.2f, \"b1_ratio\": %.3f, "
                "\"b1_p99_ratio\": %.3f,\n"
                " \"b1_eager_p50_us\": %.2f, \"b1_eager_p99_us\": %.2f,\n"
+               " \"b1_decode_p50_us\": %.2f, \"b1_decode_p99_us\": %.2f, \"b1_decode_ratio\": %.3f, "
+               "\"b1_decode_p99_ratio\": %.3f, \"b1_decode_eager_p50_us\": %.2f,\n"
                " \"b1_executor_p50_us\": %.2f, \"b1_callback_spin_p50_us\": %.2f, "
                "\"b1_result_spin_4us_p50_us\": %.2f, \"b1_ratio_to_floor_with_decode\": %.3f,\n"
                " \"host_us_per_request_b128\": %.3f, \"host_submit_us_b128\": %.3f, "
@@ -1177,7 +1206,8 @@ int Run(const Options& o) {
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
-               graph.p50 / floor1.p50, graph.p99 / floor1.p50, eager.p50, eager.p99,
+               graph.p50 / floor1.p50, graph.p99 / floor1.p50, eager.p50, eager.p99, decode.p50,
+               decode.p99, decode.p50 / floor1.p50, decode.p99 / floor1.p50, decode_eager.p50,
                executor1.p50, callback1.p50, short_poll.p50, graph.p50 / floor_decode.p50,
                host.runtime_us, host.submit_us, host.process_us, host_spun.runtime_us,
                host_device.runtime_us,

@@ -59,6 +59,7 @@ void CopyPool::Run(int n, const std::function<void(int)>& task) {
     for (int i = 0; i < n; ++i) task(i);
     return;
   }
+  MutexLock job(&run_mu_);
   // The previous job is complete (its Run returned after every item), so no helper still
   // counts into done_. The state is closed first: a helper that reads the new n_ (acquire)
   // then sees a generation other than the one it works on, and its claim fails.

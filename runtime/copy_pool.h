@@ -8,8 +8,9 @@
 // atomics, the caller spins for the last item, and a helper spins for up to `spin` after each
 // job (and after Prepare()) before it sleeps: back-to-back jobs find it awake.
 //
-// Thread safety: Run() and Prepare() may be called from one thread at a time (the executor's
-// launching thread); the helpers only run work handed to them by Run().
+// Thread safety: Run() and Prepare() from any thread. Jobs run one at a time: a Run() that
+// finds another job running waits for it (the executor's launcher packs and its completion
+// thread copies outputs out through one pool). The helpers only run work handed to them by Run().
 #pragma once
 
 #include <atomic>
@@ -40,7 +41,7 @@ class CopyPool {
 
   // Calls task(i) for every i in [0, n) exactly once, spread over the caller and the helpers;
   // returns when all are done. `task` must not throw.
-  void Run(int n, const std::function<void(int)>& task) EXCLUDES(mu_);
+  void Run(int n, const std::function<void(int)>& task) EXCLUDES(mu_, run_mu_);
 
  private:
   void HelperLoop() EXCLUDES(mu_);
@@ -55,7 +56,8 @@ class CopyPool {
   std::atomic<int> n_{0};
   std::atomic<int> done_{0};  // items of the current job finished
   std::atomic<bool> stop_{false};
-  std::uint32_t generation_ = 0;  // Run()'s thread only
+  Mutex run_mu_;  // one job at a time
+  std::uint32_t generation_ GUARDED_BY(run_mu_) = 0;
 
   Mutex mu_;  // sleeping and waking only
   CondVar cv_;

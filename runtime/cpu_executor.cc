@@ -114,7 +114,7 @@ void CpuExecutor::WorkerLoop() {
       run = InternalError("injected launch failure (FaultInjection::launch)");
       job->plan.copies_applied = job->plan.copies.empty();
     } else {
-      run = Run(*job);
+      run = RunJob(*job);
     }
     if (run.ok() && faults_->batch.Hit()) {
       run = InternalError("injected batch failure (FaultInjection::batch)");
@@ -139,7 +139,7 @@ void CpuExecutor::WorkerLoop() {
   }
 }
 
-Status CpuExecutor::Run(Job& job) {
+Status CpuExecutor::RunJob(Job& job) {
   const ModelShape& shape = options_.shape;
   const int n = static_cast<int>(job.plan.live.size());
   if (n == 0) return Status::Ok();

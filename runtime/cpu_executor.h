@@ -80,7 +80,7 @@ class CpuExecutor final : public Executor {
 
   CpuExecutor(const CpuExecutorOptions& options, std::unique_ptr<kvcache::KvCache> cache);
   void WorkerLoop();
-  Status Run(Job& job);
+  Status RunJob(Job& job);
 
   const CpuExecutorOptions options_;
   const std::shared_ptr<FaultInjection> faults_;  // never null

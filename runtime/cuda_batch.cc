@@ -3,17 +3,10 @@
 // launcher thread (inline when nothing else is in flight).
 #include "runtime/cuda_executor_impl.h"
 
+#include "api/check.h"
 #include "api/internal/thread_name.h"
 
 namespace attnrt::runtime {
-namespace {
-
-// A piece's q/k/v copies are spread over the pack pool from this many bytes on (below, the
-// hand-off costs more than it saves).
-constexpr std::size_t kParallelPackBytes = 256 * 1024;
-
-}  // namespace
-
 // ---- the batch path ------------------------------------------------------------------------
 
 int CudaExecutor::Impl::AcquireBuffer() {
@@ -103,7 +96,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
   };
   const Clock::time_point t_copy = Clock::now();
-  if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelPackBytes) {
+  if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelCopyBytes) {
     pack_pool->Run(piece.count, copy_row);
   } else if (*any_host) {
     for (int j = 0; j < piece.count; ++j) copy_row(j);
@@ -153,13 +146,15 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
   }
 }
 
-Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
+Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done, Completer completer) {
   ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size));
   if (!done) return InvalidArgumentError("done is empty");
   {
-    // Executor::Submit's contract: blocks while max_in_flight() batches run.
+    // Executor::Submit's contract: blocks while max_in_flight() batches run. Run waits for all
+    // of them: its pieces then launch inline and nothing else uses the completer's state.
+    const int most = completer == Completer::kCaller ? 1 : static_cast<int>(buffers.size());
     MutexLock lock(&mu);
-    while (pending_batches >= static_cast<int>(buffers.size())) cv.Wait(lock);
+    while (pending_batches >= most) cv.Wait(lock);
   }
   const Clock::time_point t_plan = Clock::now();
   auto state = std::make_shared<BatchState>();
@@ -203,6 +198,8 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
   {
     MutexLock lock(&mu);
     run_inline = pending_batches == 0;  // so to_launch is empty and nothing is launching
+    // Run waited for zero, and only Submit and Run (one thread at a time) raise the count.
+    ATTNRT_DCHECK(run_inline || completer == Completer::kThread);
     ++pending_batches;
     if (run_inline) {
       launching = true;
@@ -211,7 +208,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done) {
     }
   }
   if (run_inline) {
-    LaunchBatch(state);
+    LaunchBatch(state, completer);
     MutexLock lock(&mu);
     launching = false;
   }
@@ -241,7 +238,8 @@ void CudaExecutor::Impl::LauncherLoop() {
   }
 }
 
-void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
+void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
+                                     Completer completer) {
   BatchState& b = *state;
   const double queue_us = MicrosSince(b.queued_at);
   const int n = b.plan.copies_applied ? static_cast<int>(b.plan.live.size()) : 0;
@@ -251,7 +249,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
     const std::size_t row_bytes =
         (static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim +
          2 * static_cast<std::size_t>(options.shape.kv_token_elems())) * sizeof(Half);
-    if (static_cast<std::size_t>(std::min(n, largest)) * row_bytes >= kParallelPackBytes) {
+    if (static_cast<std::size_t>(std::min(n, largest)) * row_bytes >= kParallelCopyBytes) {
       pack_pool->Prepare();
     }
   }
@@ -306,6 +304,12 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state) {
         if (piece.event_recorded) last_launched_buffer = piece.buffer;
       }
       piece.timings.launch_us = MicrosSince(t_launch);
+    }
+    if (completer == Completer::kCaller) {
+      // Before the next piece takes a buffer: a batch of more pieces than buffers runs one
+      // piece at a time.
+      CompletePiece(piece, caller_copy_rows);
+      continue;
     }
     {
       MutexLock lock(&mu);

@@ -1,5 +1,6 @@
-// The CUDA executor's completion thread (cuda_executor_impl.h): waits for each piece, copies
-// host requests' outputs back, settles the plan and calls the batch's callback.
+// The CUDA executor's completion path (cuda_executor_impl.h): waits for each piece, copies
+// host requests' outputs back, settles the plan and calls the batch's callback; on the
+// completion thread, or on Run's caller.
 #include "runtime/cuda_executor_impl.h"
 
 #include "api/internal/thread_name.h"
@@ -53,9 +54,8 @@ void CudaExecutor::Impl::CompletionLoop() {
   // Timed sleeps (sleep_through_steps) wake within ~1 us of their time, not the default 50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
-  const std::size_t q_row =
-      static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim;
-  const int h = options.shape.num_q_heads;
+  std::vector<int> copy_rows;  // rows of the piece whose outputs come back by memcpy
+  copy_rows.reserve(static_cast<std::size_t>(options.buckets.back()));
   for (;;) {
     Piece piece;
     {
@@ -65,86 +65,105 @@ void CudaExecutor::Impl::CompletionLoop() {
       piece = std::move(completions.front());
       completions.pop_front();
     }
-    const Clock::time_point taken = Clock::now();
-    BatchState& b = *piece.batch;
-    Status status = piece.launch_status;
-    if (piece.buffer >= 0) {
-      PipelineBuffer& buf = buffers[piece.buffer];
-      if (piece.event_recorded) {
-        const cudaError_t err =
-            step_estimates != nullptr
-                ? step_estimates->Wait(buf.done.get(),
-                                       static_cast<std::size_t>(piece.path) * num_buckets() +
-                                           piece.bucket_index,
-                                       piece.launched_at)
-                : cudaEventSynchronize(buf.done.get());
-        if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
-        if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
-          float ms = 0.0f;
-          if (cudaEventElapsedTime(&ms, buf.start.get(), buf.done.get()) == cudaSuccess) {
-            piece.timings.gpu_us = ms * 1000.0;
-          }
-        }
-        if (status.ok() && faults->batch.Hit()) {
-          status = InternalError("injected batch failure (FaultInjection::batch)");
-        }
-      }
-      const Clock::time_point observed = Clock::now();
-      const BufferLayout& l = layouts[piece.bucket_index];
-      // Pack marked the rows of the host path (outputs in the pinned staging) with q_ptrs 0.
-      const auto* q_ptrs = reinterpret_cast<const std::uint64_t*>(buf.in.as<char>() + l.q_ptrs);
-      for (int j = 0; j < piece.count; ++j) {
-        const PlannedRequest& p = b.plan.live[piece.first + j];
-        Status& rs = b.plan.statuses[p.index];
-        if (!rs.ok()) continue;
-        if (!status.ok()) {
-          rs = status;
-          continue;
-        }
-        const BatchRequest& r = b.batch.requests[p.index];
-        if (q_ptrs[j] != 0) continue;  // scattered on the device
-        std::memcpy(r.out, buf.out.as<Half>(l.out) + j * q_row, q_row * sizeof(Half));
-        if (r.lse != nullptr) {
-          std::memcpy(r.lse, buf.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
-                      h * sizeof(float));
-        }
-      }
-      if (options.record_timings) {
-        piece.timings.handoff_us =
-            std::chrono::duration<double, std::micro>(taken - piece.launched_at).count();
-        piece.timings.wait_us =
-            std::chrono::duration<double, std::micro>(observed - taken).count();
-        piece.timings.copy_out_us = MicrosSince(observed);
-      }
-      MutexLock lock(&mu);
-      buf.busy = false;
-      if (options.record_timings) timings.push_back(piece.timings);
-    } else if (!status.ok()) {
-      for (int j = 0; j < piece.count; ++j) {
-        Status& rs = b.plan.statuses[b.plan.live[piece.first + j].index];
-        if (rs.ok()) rs = status;
-      }
-    }
-    cv.NotifyAll();  // a buffer is free
-    if (!status.ok()) {
-      b.failed = true;
-      Logger().error("cuda executor: a piece of {} requests failed: {}", piece.count,
-                     status.ToString());
-    }
-    if (--b.pieces_left == 0) {
-      planner->Settle(b.batch, &b.plan);
-      b.done(std::move(b.plan.statuses));
-      const bool failed = b.failed;
-      const auto requests = static_cast<std::int64_t>(b.batch.requests.size());
-      piece.batch.reset();
-      MutexLock lock(&mu);
-      ++stats.batches;
-      stats.requests += requests;
-      if (failed) ++stats.failed_batches;
-      --pending_batches;
-    }
-    cv.NotifyAll();
+    CompletePiece(piece, copy_rows);
   }
+}
+
+void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows) {
+  const std::size_t q_row =
+      static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim;
+  const int h = options.shape.num_q_heads;
+  const Clock::time_point taken = Clock::now();
+  BatchState& b = *piece.batch;
+  Status status = piece.launch_status;
+  if (piece.buffer >= 0) {
+    PipelineBuffer& buf = buffers[piece.buffer];
+    if (piece.event_recorded) {
+      const cudaError_t err =
+          step_estimates != nullptr
+              ? step_estimates->Wait(buf.done.get(),
+                                     static_cast<std::size_t>(piece.path) * num_buckets() +
+                                         piece.bucket_index,
+                                     piece.launched_at)
+              : cudaEventSynchronize(buf.done.get());
+      if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
+      if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, buf.start.get(), buf.done.get()) == cudaSuccess) {
+          piece.timings.gpu_us = ms * 1000.0;
+        }
+      }
+      if (status.ok() && faults->batch.Hit()) {
+        status = InternalError("injected batch failure (FaultInjection::batch)");
+      }
+    }
+    const Clock::time_point observed = Clock::now();
+    const BufferLayout& l = layouts[piece.bucket_index];
+    // Pack marked the rows of the host path (outputs in the pinned staging) with q_ptrs 0.
+    const auto* q_ptrs = reinterpret_cast<const std::uint64_t*>(buf.in.as<char>() + l.q_ptrs);
+    copy_rows.clear();
+    for (int j = 0; j < piece.count; ++j) {
+      Status& rs = b.plan.statuses[b.plan.live[piece.first + j].index];
+      if (!rs.ok()) continue;
+      if (!status.ok()) {
+        rs = status;
+      } else if (q_ptrs[j] == 0) {  // else scattered on the device
+        copy_rows.push_back(j);
+      }
+    }
+    auto copy_out = [&](int i) {
+      const int j = copy_rows[i];
+      const BatchRequest& r = b.batch.requests[b.plan.live[piece.first + j].index];
+      std::memcpy(r.out, buf.out.as<Half>(l.out) + j * q_row, q_row * sizeof(Half));
+      if (r.lse != nullptr) {
+        std::memcpy(r.lse, buf.out.as<float>(l.lse) + static_cast<std::size_t>(j) * h,
+                    h * sizeof(float));
+      }
+    };
+    // Cold destinations copy at one core's DRAM latency bound (~10 GB/s: 1 MB of a B=128
+    // piece took ~100 us, as long as a third of the buffer's turn): large ones share the
+    // pack pool with the launcher.
+    const int rows = static_cast<int>(copy_rows.size());
+    if (static_cast<std::size_t>(rows) * q_row * sizeof(Half) >= kParallelCopyBytes) {
+      pack_pool->Run(rows, copy_out);
+    } else {
+      for (int i = 0; i < rows; ++i) copy_out(i);
+    }
+    if (options.record_timings) {
+      piece.timings.handoff_us =
+          std::chrono::duration<double, std::micro>(taken - piece.launched_at).count();
+      piece.timings.wait_us =
+          std::chrono::duration<double, std::micro>(observed - taken).count();
+      piece.timings.copy_out_us = MicrosSince(observed);
+    }
+    MutexLock lock(&mu);
+    buf.busy = false;
+    if (options.record_timings) timings.push_back(piece.timings);
+  } else if (!status.ok()) {
+    for (int j = 0; j < piece.count; ++j) {
+      Status& rs = b.plan.statuses[b.plan.live[piece.first + j].index];
+      if (rs.ok()) rs = status;
+    }
+  }
+  cv.NotifyAll();  // a buffer is free
+  if (!status.ok()) {
+    b.failed = true;
+    Logger().error("cuda executor: a piece of {} requests failed: {}", piece.count,
+                   status.ToString());
+  }
+  if (--b.pieces_left == 0) {
+    planner->Settle(b.batch, &b.plan);
+    b.done(std::move(b.plan.statuses));
+    const bool failed = b.failed;
+    const auto requests = static_cast<std::int64_t>(b.batch.requests.size());
+    piece.batch.reset();
+    MutexLock lock(&mu);
+    ++stats.batches;
+    stats.requests += requests;
+    if (failed) ++stats.failed_batches;
+    --pending_batches;
+  }
+  cv.NotifyAll();
 }
 
 }  // namespace attnrt::runtime

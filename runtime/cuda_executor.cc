@@ -339,6 +339,15 @@ const CudaExecutorMemory& CudaExecutor::memory() const { return impl_->memory; }
 Status CudaExecutor::Submit(Batch batch, BatchDoneFn done) {
   return impl_->Submit(std::move(batch), std::move(done));
 }
+StatusOr<std::vector<Status>> CudaExecutor::Run(Batch batch) {
+  std::vector<Status> statuses;
+  ATTNRT_RETURN_IF_ERROR(impl_->Submit(
+      std::move(batch),
+      [&statuses](std::vector<Status> per_request) { statuses = std::move(per_request); },
+      Completer::kCaller));
+  return statuses;  // Submit returned after the done callback (kCaller)
+}
+
 void CudaExecutor::Wait() { impl_->WaitAll(); }
 
 // Sequence calls hold the submission lock (batch_plan.h) and wait until every planned batch is

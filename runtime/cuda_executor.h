@@ -71,8 +71,9 @@ struct CudaExecutorOptions {
   // of 24 KB in and 8 KB out took 11 us with kernels against 19.4 with memcpy nodes); 0 = memcpy
   // nodes always. Also memcpy nodes where the driver maps pinned memory at another address.
   std::size_t kernel_copy_max_bytes = 64 * 1024;
-  // Helper threads that copy a large piece's host q/k/v into staging with the submitting thread
-  // (one thread's memcpy limits the step at large batches); -1 picks min(6, max(cores / 4,
+  // Helper threads that copy a large piece's host q/k/v into staging with the launching thread,
+  // and its outputs back with the completion thread (one thread's memcpy limits the step at
+  // large batches); -1 picks min(6, max(cores / 4,
   // cores / 2 - 2)): 6 on a 16-core host, where 6 helpers against 3 took an overloaded Runtime
   // at max batch 128 from 594-653 k to 719-739 k requests/s (H100, 2026-11-26, r11).
   int pack_threads = -1;
@@ -138,8 +139,9 @@ struct PieceTimings {
 // next batch's plan overlaps this one's pack and launch. Each pipeline buffer has a stream, so
 // a piece's copies overlap the previous piece's compute; the computes (KV appends included) run
 // in submission order. A completion thread waits on each piece's event, copies host-memory
-// outputs out of the pinned staging and calls done. Sequence management and SelectPath wait for every planned
-// batch to be launched.
+// outputs out of the pinned staging and calls done. Run does all of it on the calling thread
+// (after the batches before it have completed), saving the two hand-offs' wake-ups. Sequence
+// management and SelectPath wait for every planned batch to be launched.
 class CudaExecutor : public Executor {
  public:
   ~CudaExecutor() override;
@@ -152,6 +154,7 @@ class CudaExecutor : public Executor {
   bool accepts_device_memory() const override { return true; }
 
   Status Submit(Batch batch, BatchDoneFn done) override;
+  StatusOr<std::vector<Status>> Run(Batch batch) override;
   void Wait() override;
 
   Status CreateSequence(SequenceId id) override;

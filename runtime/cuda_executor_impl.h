@@ -68,6 +68,11 @@ inline double MicrosSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
+// Host copies of a piece (the launcher's q/k/v pack, the completion thread's copy-out) are
+// spread over the pack pool from this many bytes on (below, the hand-off costs more than it
+// saves).
+inline constexpr std::size_t kParallelCopyBytes = 256 * 1024;
+
 inline std::size_t Align16(std::size_t x) { return (x + 15) & ~std::size_t{15}; }
 
 // Byte offsets of one pipeline buffer's arrays for a bucket of `capacity` rows. The input region
@@ -180,6 +185,9 @@ struct PipelineBuffer {
   bool busy = false;  // guarded by CudaExecutor::Impl::mu (another object's: not annotated)
 };
 
+// Who completes a batch's pieces: the completion thread (Submit), or the caller (Run).
+enum class Completer { kThread, kCaller };
+
 struct BatchState {
   Batch batch;
   BatchDoneFn done;
@@ -188,8 +196,8 @@ struct BatchState {
   unsigned disabled_stages = 0;  // CudaExecutor::SetDisabledStagesForBenchmark at Submit
   Clock::time_point queued_at;   // handed to the launcher (or launched inline)
   int num_pieces = 0;   // set at Submit
-  int pieces_left = 0;  // completion thread only (set before the first piece is queued)
-  bool failed = false;  // completion thread only
+  int pieces_left = 0;  // its completer only (set before the first piece is queued)
+  bool failed = false;  // its completer only
 };
 
 // One launch: a bucket-sized range of a batch's live requests.
@@ -207,7 +215,8 @@ struct Piece {
 
 // The completion thread's estimate of how long a step of each (path, bucket) runs on the GPU,
 // from the pieces whose completion it saw while spinning (CudaExecutorOptions::
-// sleep_through_steps). Completion thread only.
+// sleep_through_steps). Used by one completer at a time: the completion thread, or Run's
+// caller while nothing else is pending.
 class StepEstimates {
  public:
   // The wait ends this long before the estimated completion, spinning from there.
@@ -306,12 +315,13 @@ struct CudaExecutor::Impl {
   CondVar launch_cv;  // to_launch gained a batch, or a LaunchBatch ended
   int next_buffer = 0;  // whichever thread runs LaunchBatch (one at a time: `launching`)
   int last_launched_buffer = -1;  // likewise: the buffer of the piece launched last
+  std::vector<int> caller_copy_rows;  // CompletePiece's scratch on Run's caller (one at a time)
   bool stop GUARDED_BY(mu) = false;
   ExecutorStats stats GUARDED_BY(mu);
   std::vector<PieceTimings> timings GUARDED_BY(mu);
   std::thread completion_thread;
   std::thread launcher_thread;
-  std::unique_ptr<CopyPool> pack_pool;
+  std::unique_ptr<CopyPool> pack_pool;  // the launcher's packs and the completion thread's copy-outs
   std::unique_ptr<StepEstimates> step_estimates;  // sleep_through_steps; completion thread
   // Every pipeline buffer's pinned staging is device-addressable at its host address (unified
   // addressing), so copy kernels can read and write it (kernel_copy_max_bytes).
@@ -386,9 +396,13 @@ struct CudaExecutor::Impl {
   Status SetEnables(CapturedGraph& g, const NodeEnables& e);
   Status DrainStream();
 
-  Status Submit(Batch batch, BatchDoneFn done);
-  // Cuts a planned batch into pieces; packs, launches and queues each for the completion thread.
-  void LaunchBatch(const std::shared_ptr<BatchState>& state);
+  // kCaller (Run): waits until no batch is pending, launches on the calling thread and completes
+  // each piece there (done has run when Submit returns OK).
+  Status Submit(Batch batch, BatchDoneFn done, Completer completer = Completer::kThread);
+  // Cuts a planned batch into pieces; packs, launches and queues each for the completion thread
+  // (or completes it on this thread: kCaller).
+  void LaunchBatch(const std::shared_ptr<BatchState>& state,
+                   Completer completer = Completer::kThread);
   void LauncherLoop();
   // Returns once every planned batch is launched (sequence calls, copy-on-write, SelectPath:
   // with the submission lock held, no new plan can start meanwhile).
@@ -400,6 +414,10 @@ struct CudaExecutor::Impl {
   void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
   void Launch(Piece& piece, const NodeEnables& e);
   void CompletionLoop();
+  // Waits for a launched piece, copies host-memory outputs out, frees its buffer; settles the
+  // batch and calls its done after its last piece. `copy_rows` is scratch. On the completion
+  // thread, or the caller of Run while nothing else is pending.
+  void CompletePiece(Piece& piece, std::vector<int>& copy_rows);
   void WaitAll() {
     MutexLock lock(&mu);
     while (pending_batches != 0) cv.Wait(lock);

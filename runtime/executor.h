@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <vector>
 
@@ -114,6 +115,20 @@ class Executor {
   // do requests of later batches already in flight that attended over it) until the sequence
   // is freed. The cache cannot truncate.
   virtual Status Submit(Batch batch, BatchDoneFn done) = 0;
+  // Runs one batch to completion and returns its per-request statuses (or, for a malformed
+  // batch, Submit's error): what Submit and waiting for `done` give, under the same rules, for a
+  // caller that wants the result on its own thread. Called like Submit (one thread at a time,
+  // never beside a Submit); it waits for batches submitted earlier. The CUDA executor plans,
+  // launches, waits for the GPU and copies the outputs on the calling thread (no hand-off to
+  // its launcher or completion thread); this default submits and waits.
+  virtual StatusOr<std::vector<Status>> Run(Batch batch) {
+    std::promise<std::vector<Status>> done;
+    std::future<std::vector<Status>> result = done.get_future();
+    ATTNRT_RETURN_IF_ERROR(Submit(std::move(batch), [&done](std::vector<Status> per_request) {
+      done.set_value(std::move(per_request));
+    }));
+    return result.get();
+  }
   // Blocks until every submitted batch has completed (its callback returned).
   virtual void Wait() = 0;
 

@@ -193,9 +193,13 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
   in_flight_.fetch_add(1, std::memory_order_acq_rel);
   metrics_.in_flight_requests.fetch_add(size, std::memory_order_relaxed);
   InFlightBatch* raw = batch_state.get();
-  Status status = executor_->Submit(std::move(batch), [this, raw](std::vector<Status> per) {
-    OnBatchDone(raw, std::move(per));
-  });
+  Status status;
+  {
+    MutexLock dispatch(&dispatch_mu_);  // waits out a Decode running inline
+    status = executor_->Submit(std::move(batch), [this, raw](std::vector<Status> per) {
+      OnBatchDone(raw, std::move(per));
+    });
+  }
   if (status.ok()) {
     batch_state.release();  // owned by the done callback now
     metrics_.batches.fetch_add(1, std::memory_order_relaxed);

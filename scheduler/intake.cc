@@ -100,6 +100,109 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
   return HandleAccess::Make(record, generation);
 }
 
+DecodeResult Scheduler::Impl::Decode(const DecodeRequest& request) {
+  DecodeResult result;
+  if (Status s = Validate(request); !s.ok()) {
+    result.status = std::move(s);
+    return result;
+  }
+  // Inline only when the executor has nothing of ours and nothing waits for a batch: then no
+  // queued request is overtaken, and a request submitted meanwhile waits for this one's step
+  // (the batching thread takes dispatch_mu_) as it would wait behind a batch in flight.
+  if (dispatch_mu_.TryLock()) {
+    if (Depth() == 0 && in_flight_.load(std::memory_order_seq_cst) == 0) {
+      return DecodeInline(request);
+    }
+    dispatch_mu_.Unlock();
+  }
+  ResultFuture future;
+  StatusOr<RequestHandle> handle = Submit(request, nullptr, &future, nullptr);
+  if (!handle.ok()) {
+    result.status = handle.status();
+    return result;
+  }
+  return future.get();
+}
+
+DecodeResult Scheduler::Impl::DecodeInline(const DecodeRequest& request) {
+  DecodeResult result;
+  const ClockNanos now = clock_->Now();
+  // Admitted as Submit admits (Drain and Shutdown see it), then at once out of the queue and in
+  // flight: each counter raised before the previous one is lowered.
+  admitted_.fetch_add(1, std::memory_order_seq_cst);
+  if (closed_.load(std::memory_order_seq_cst)) {
+    dispatch_mu_.Unlock();
+    Refuse();
+    metrics_.Reject(RejectReason::kClosed);
+    result.status = UnavailableError("scheduler is draining or shut down; request not accepted");
+    return result;
+  }
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  left_.fetch_add(1, std::memory_order_seq_cst);
+  activity_.Add(request.sequence_id);
+  metrics_.queue_delay_ns.Record(0);
+  metrics_.batch_size.Record(1);
+  metrics_.in_flight_requests.fetch_add(1, std::memory_order_relaxed);
+
+  runtime::BatchRequest r;
+  r.sequence_id = request.sequence_id;
+  r.layer = request.layer;
+  r.memory = request.memory == TensorMemory::kDevice ? runtime::MemoryKind::kDevice
+                                                     : runtime::MemoryKind::kHost;
+  // The caller's own buffers throughout: they outlive the call, so nothing is staged.
+  r.q = request.q.data();
+  r.k = request.k.data();
+  r.v = request.v.data();
+  r.out = request.out;
+  r.lse = request.lse;
+  if (r.memory == runtime::MemoryKind::kHost) {
+    if (r.out == nullptr) {
+      result.output.resize(q_elems_);
+      r.out = result.output.data();
+    }
+    if (r.lse == nullptr && request.want_lse) {
+      result.lse.resize(static_cast<std::size_t>(shape_.num_q_heads));
+      r.lse = result.lse.data();
+    }
+  }
+  runtime::Batch batch;
+  batch.requests.push_back(r);
+  StatusOr<std::vector<Status>> per_request = executor_->Run(std::move(batch));
+  const ClockNanos done = clock_->Now();
+  if (!per_request.ok()) {
+    result.status = per_request.status();
+  } else if (per_request->size() != 1) {
+    result.status = InternalError("executor reported " + std::to_string(per_request->size()) +
+                                  " statuses for a batch of 1");
+  } else {
+    result.status = std::move((*per_request)[0]);
+  }
+  if (!result.status.ok()) {
+    result.output.clear();
+    result.lse.clear();
+  }
+  if (per_request.ok()) {  // as the batching thread counts: batches the executor took
+    metrics_.batches.fetch_add(1, std::memory_order_relaxed);
+    metrics_.decoded_inline.fetch_add(1, std::memory_order_relaxed);
+  }
+  metrics_.executor_time_ns.Record(static_cast<std::uint64_t>(std::max<ClockNanos>(0, done - now)));
+  metrics_.completed.fetch_add(1, std::memory_order_relaxed);
+  if (!result.status.ok()) metrics_.failed.fetch_add(1, std::memory_order_relaxed);
+  metrics_.latency_ns.Record(static_cast<std::uint64_t>(std::max<ClockNanos>(0, done - now)));
+  metrics_.in_flight_requests.fetch_sub(1, std::memory_order_relaxed);
+  activity_.Remove(request.sequence_id);  // before the caller sees the result, as Deliver
+  dispatch_mu_.Unlock();
+  {
+    MutexLock lock(&mu_);
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    wake_flag_ = true;  // a batch may wait for the slot
+  }
+  wake_hint_.store(true, std::memory_order_release);
+  cv_.NotifyOne();
+  if (Idle()) NotifyIdle();
+  return result;
+}
+
 bool Scheduler::Impl::Cancel(const RequestHandle& handle) {
   RequestRecord* record = HandleAccess::RecordOf(handle);
   if (record == nullptr) return false;

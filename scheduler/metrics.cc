@@ -125,6 +125,7 @@ MetricsSnapshot SchedulerMetrics::Snapshot() const {
   s.cancelled = cancelled.load(std::memory_order_relaxed);
   s.shut_down = shut_down.load(std::memory_order_relaxed);
   s.batches = batches.load(std::memory_order_relaxed);
+  s.decoded_inline = decoded_inline.load(std::memory_order_relaxed);
   s.in_flight_requests = in_flight_requests.load(std::memory_order_relaxed);
   s.queue_delay_ns = queue_delay_ns.Snapshot();
   s.batch_size = batch_size.Snapshot();
@@ -205,6 +206,8 @@ std::string PrometheusText(const MetricsSnapshot& s) {
                 s.cancelled);
   AppendCounter(&out, "requests_shut_down_total", "Requests failed by Shutdown.", s.shut_down);
   AppendCounter(&out, "batches_total", "Batches handed to the executor.", s.batches);
+  AppendCounter(&out, "decoded_inline_total",
+                "Decode calls run on the caller's thread (of batches_total).", s.decoded_inline);
   AppendGauge(&out, "pending_requests", "Admitted requests not yet dispatched.", s.pending);
   AppendGauge(&out, "in_flight_batches", "Batches running on the executor.", s.in_flight_batches);
   AppendGauge(&out, "in_flight_requests", "Requests running on the executor.",

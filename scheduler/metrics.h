@@ -74,6 +74,7 @@ struct MetricsSnapshot {
   std::uint64_t cancelled = 0;  // Cancelled before dispatch
   std::uint64_t shut_down = 0;  // Unavailable: still queued at Shutdown()
   std::uint64_t batches = 0;    // handed to the executor
+  std::uint64_t decoded_inline = 0;  // of `batches`: Decode calls run on the caller's thread
   // Gauges.
   std::int64_t pending = 0;             // admitted, not yet dispatched (intake + pending lists)
   std::int64_t in_flight_batches = 0;   // handed to the executor, not yet reported back
@@ -109,6 +110,8 @@ struct SchedulerMetrics {
   std::atomic<std::uint64_t> shut_down{0};
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::int64_t> in_flight_requests{0};
+  // Decode callers.
+  alignas(64) std::atomic<std::uint64_t> decoded_inline{0};
   Histogram queue_delay_ns;
   Histogram batch_size;
   Histogram executor_time_ns;

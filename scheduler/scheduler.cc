@@ -130,6 +130,8 @@ StatusOr<RequestHandle> Scheduler::Submit(const DecodeRequest& request, DoneCall
   return impl_->Submit(request, &done, nullptr, nullptr);
 }
 
+DecodeResult Scheduler::Decode(const DecodeRequest& request) { return impl_->Decode(request); }
+
 std::unique_ptr<Scheduler::Producer> Scheduler::CreateProducer() {
   return std::unique_ptr<Producer>(new Producer(impl_->NewProducerState()));
 }

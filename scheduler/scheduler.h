@@ -156,6 +156,15 @@ class Scheduler {
   StatusOr<Submission> Submit(const DecodeRequest& request);
   StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done);
 
+  // Runs one request and returns its result (a rejection too, in DecodeResult::status) on the
+  // calling thread. While nothing is queued or at the executor, the calling thread runs the
+  // batch of one itself (Executor::Run: no hand-off to the batching, launching or completion
+  // threads, the lowest latency a lone caller gets; counted in MetricsSnapshot::decoded_inline);
+  // otherwise the request is submitted and awaited, batched with the others. Validation,
+  // admission (Drain, Shutdown, max_queue_size) and the per-sequence rules are Submit's; a
+  // request run inline never waits for a window, so its timeout cannot expire.
+  DecodeResult Decode(const DecodeRequest& request);
+
   // A producer for one submitting thread: it keeps a moodycamel producer token (its own
   // sub-queue, cheapest intake) and a small cache of request records (with their staging). Must
   // not outlive the scheduler. Thread safety: one thread at a time.

@@ -2,7 +2,8 @@
 // scheduler.h documents the semantics; this header is internal to scheduler/.
 //
 //   intake.cc    Submit (any thread): validate, admit, copy into a pooled record, enqueue
-//                lock-free, wake the batching thread only when it must; Cancel; producers.
+//                lock-free, wake the batching thread only when it must; Cancel; producers;
+//                Decode (run inline on the caller's thread when the scheduler is idle).
 //   batcher.cc   the batching thread: drain intake, deadlines, cancellations, the window,
 //                dispatch to the executor with pipelining; sleeping and spinning.
 //   delivery.cc  completion: a batch's statuses from the executor's thread to each request's
@@ -134,6 +135,8 @@ class Scheduler::Impl final : public ClockListener {
 
   bool Cancel(const RequestHandle& handle);
 
+  DecodeResult Decode(const DecodeRequest& request);
+
   std::unique_ptr<Producer::State> NewProducerState();
 
   void ReleaseProducerState(Producer::State* state);
@@ -189,6 +192,10 @@ class Scheduler::Impl final : public ClockListener {
 
   // Sends selected_ (still in the pending lists) to the executor.
   void Launch(ClockNanos now, ClockNanos oldest_wait);
+
+  // Decode's inline route: runs `request` (validated) on the calling thread through
+  // Executor::Run, holding dispatch_mu_ (taken by the caller, released here).
+  DecodeResult DecodeInline(const DecodeRequest& request) RELEASE(dispatch_mu_);
 
   // On an executor thread.
   void OnBatchDone(InFlightBatch* batch, std::vector<Status> per_request);
@@ -298,6 +305,10 @@ class Scheduler::Impl final : public ClockListener {
   bool stopped_ GUARDED_BY(close_mu_) = false;
   Mutex idle_mu_;  // only for idle_cv_'s wait: the counters it watches are atomics
   CondVar idle_cv_;
+
+  // Held around every call into the executor's batch path: the batching thread's Submit and
+  // Decode's inline Run, which takes it only when it is free and nothing is queued or in flight.
+  alignas(64) Mutex dispatch_mu_;
 
   // Batching thread only.
   internal::PendingQueue pending_;

@@ -22,6 +22,7 @@ class CAPABILITY("mutex") Mutex {
 
   void Lock() ACQUIRE() { mu_.lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
+  bool TryLock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
   // Tells the analysis that the calling thread holds the mutex (where it cannot see the lock:
   // a callback invoked under it). Checks nothing at run time.
   void AssertHeld() const ASSERT_CAPABILITY(this) {}

@@ -87,7 +87,8 @@ ATTNRT_EXPORT attnrt_code attnrt_prefill(attnrt_runtime* runtime, uint64_t id, i
 ATTNRT_EXPORT attnrt_code attnrt_sequence_length(attnrt_runtime* runtime, uint64_t id, int layer,
                                                  int* length, char* error, size_t error_len);
 
-/* One decode step, blocking until its result: q [H][D], k and v [Hkv][D], out [H][D]. */
+/* One decode step, blocking until its result: q [H][D], k and v [Hkv][D], out [H][D].
+ * Runs on the calling thread when the runtime is idle (Runtime::Decode). */
 ATTNRT_EXPORT attnrt_code attnrt_decode(attnrt_runtime* runtime, uint64_t id, int layer,
                                         const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                         uint16_t* out, char* error, size_t error_len);

@@ -138,6 +138,13 @@ class ATTNRT_EXPORT Runtime {
   // Callback form: `done` runs on a completion thread (never the caller's, never the batcher's);
   // an empty `done` is rejected with InvalidArgument.
   virtual StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback done) = 0;
+  // One request, its result returned on the calling thread (a rejection in
+  // DecodeResult::status). When nothing is queued or running, the calling thread runs the step
+  // itself: no hand-off to the runtime's threads, the lowest latency a lone caller gets (a
+  // caller that decodes one sequence at a time wants this). Otherwise the request is submitted
+  // and awaited, batched with the others. Same validation and rules as Submit; the caller's
+  // buffers are read in place.
+  virtual DecodeResult Decode(const DecodeRequest& request) = 0;
   // True when the request will complete with Cancelled; false once it was dispatched.
   virtual bool Cancel(const RequestHandle& handle) = 0;
 

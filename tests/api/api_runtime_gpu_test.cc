@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -81,6 +82,84 @@ TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
     ASSERT_TRUE(len.ok());
     EXPECT_EQ(*len, kPrompt + kSteps);
   }
+}
+
+// Decode: a lone caller's steps run on its own thread (all of them, with nothing else queued or
+// running), into a poisoned caller-given `out` and into DecodeResult; then callers of Decode
+// beside callers of Submit, each request's output against the dense reference.
+TEST_P(RuntimeTest, DecodeMatchesDenseReferenceAloneAndBesideSubmits) {
+  const ModelShape& s = rt_->shape();
+  const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
+  const int kPrompt = 29, kAlone = 12, kSequences = 8, kSteps = 5, kThreads = 4;
+  std::vector<std::vector<DenseKv>> mirror(kSequences, std::vector<DenseKv>(s.num_layers));
+  NormalRng rng(23);
+  for (int seq = 0; seq < kSequences; ++seq) {
+    ASSERT_TRUE(rt_->CreateSequence(seq).ok());
+    for (int layer = 0; layer < s.num_layers; ++layer) {
+      auto k = Normal(rng, kv * kPrompt), v = Normal(rng, kv * kPrompt);
+      ASSERT_TRUE(rt_->Prefill(seq, layer, kPrompt, k, v).ok());
+      mirror[seq][layer].Append(k, v);
+    }
+  }
+  auto check = [&](const std::vector<Half>& out, int seq, int layer, const std::vector<Half>& q,
+                   const std::string& where) {
+    auto err = testing::CompareToReference(out, testing::DenseDecode(s, mirror[seq][layer], q));
+    EXPECT_LE(err.max_abs, 2e-3) << where;
+    EXPECT_LE(err.rel_l2, 1e-3) << where;
+  };
+  for (int step = 0; step < kAlone; ++step) {
+    auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
+    DecodeRequest req = testing::MakeDecodeRequest(0, 1, q, k, v);
+    std::vector<Half> out(qn, Half{0x7e00});  // NaN: every element must be written
+    if (step % 2 == 0) req.out = out.data();
+    DecodeResult r = rt_->Decode(req);
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    mirror[0][1].Append(k, v);
+    if (step % 2 != 0) {
+      ASSERT_EQ(r.output.size(), qn);
+      out = r.output;
+    } else {
+      EXPECT_TRUE(r.output.empty());
+    }
+    check(out, 0, 1, q, "alone, step " + std::to_string(step));
+  }
+  const std::string metrics = rt_->MetricsText();
+  EXPECT_NE(metrics.find("attnrt_scheduler_decoded_inline_total " + std::to_string(kAlone)),
+            std::string::npos)
+      << metrics;
+
+  std::atomic<int> checked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      NormalRng trng(300 + t);
+      for (int step = 0; step < kSteps; ++step) {
+        for (int layer = 0; layer < s.num_layers; ++layer) {
+          for (int seq = t; seq < kSequences; seq += kThreads) {
+            auto q = Normal(trng, qn), k = Normal(trng, kv), v = Normal(trng, kv);
+            DecodeRequest req = testing::MakeDecodeRequest(seq, layer, q, k, v);
+            DecodeResult r;
+            if (t % 2 == 0) {
+              r = rt_->Decode(req);
+            } else {
+              auto sub = rt_->Submit(req);
+              ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+              r = sub->result.get();
+            }
+            ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+            mirror[seq][layer].Append(k, v);
+            check(r.output, seq, layer, q,
+                  "thread " + std::to_string(t) + " seq " + std::to_string(seq) + " layer " +
+                      std::to_string(layer) + " step " + std::to_string(step));
+            ++checked;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(checked.load(), kSequences * kSteps * s.num_layers);
+  EXPECT_EQ(*rt_->SequenceLength(0, 1), kPrompt + kAlone + kSteps);
 }
 
 // The documented order guarantee: steps of one (sequence, layer) submitted from one thread

@@ -53,6 +53,30 @@ TEST(CopyPoolTest, BackToBackJobsOfChangingSizeStayApart) {
   }
 }
 
+// Two threads submitting jobs at once (the executor's launcher and completion thread): each
+// job still runs every item exactly once, with its own task, and Run() returns only after them.
+TEST(CopyPoolTest, JobsFromTwoThreadsStayApart) {
+  for (microseconds spin : {microseconds(0), microseconds(300)}) {
+    CopyPool pool(3, spin);
+    auto submitter = [&pool](int seed) {
+      for (int job = 0; job < 1000; ++job) {
+        const int n = 2 + (job * 31 + seed) % 67;
+        std::vector<std::atomic<int>> hits(n);
+        pool.Run(n, [&](int i) {
+          ASSERT_LT(i, n);
+          hits[i].fetch_add(1, std::memory_order_relaxed);
+        });
+        for (int i = 0; i < n; ++i) {
+          ASSERT_EQ(hits[i].load(), 1) << "seed " << seed << " job " << job << " item " << i;
+        }
+      }
+    };
+    std::thread other(submitter, 7);
+    submitter(0);
+    other.join();
+  }
+}
+
 TEST(CopyPoolTest, HelpersShareTheWork) {
   for (microseconds spin : {microseconds(0), microseconds(200)}) {
     CopyPool pool(3, spin);

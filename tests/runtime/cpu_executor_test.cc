@@ -45,6 +45,28 @@ TEST(CpuExecutorTest, RandomBatchesMatchDenseReference) {
   EXPECT_EQ(ex->stats().failed_batches, 0);
 }
 
+// Executor::Run (the default: Submit and wait): the statuses of the batch, outputs in place;
+// a malformed batch returns Submit's error.
+TEST(CpuExecutorTest, RunReturnsEachRequestsStatusWithItsOutput) {
+  auto ex = MakeExecutor(/*num_blocks=*/512, /*max_batch_size=*/8);
+  RandomWorkload w(*ex, 13);
+  w.AddSequences(6, 40);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<OwnedRequest> reqs = w.MakeBatch(w.rng().NextInt(1, 8));
+    StatusOr<std::vector<Status>> st = ex->Run(RandomWorkload::ToBatch(reqs));
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    ASSERT_EQ(st->size(), reqs.size());
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE((*st)[i].ok()) << (*st)[i].ToString();
+      EXPECT_TRUE(MatchesExpected(reqs[i])) << "step " << step << " request " << i;
+    }
+  }
+  StatusOr<std::vector<Status>> empty = ex->Run(Batch{});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("0 requests"), std::string::npos);
+  EXPECT_EQ(ex->stats().batches, 6);
+}
+
 TEST(CpuExecutorTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {
   auto ex = MakeExecutor();
   testing::ExpectLostTokenContract(*ex, [&] { ex->InjectBatchFailuresForTesting(1); });

@@ -560,6 +560,45 @@ TEST_F(CudaExecutorGpuTest, BatchLargerThanTheLargestBucketIsSplit) {
   }
 }
 
+// Run completes the batch on the calling thread (the done callback of Submit never runs
+// elsewhere for it): one request, a few, and more than the largest bucket (several pieces one
+// after another), after a Submit still in flight, which it waits for; results match.
+TEST_F(CudaExecutorGpuTest, RunCompletesOnTheCallingThreadAndMatches) {
+  for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+    CudaExecutorOptions o = Options();
+    o.mode = mode;
+    auto ex = Make(o);
+    ASSERT_NE(ex, nullptr);
+    RandomWorkload w(*ex, 909);
+    w.AddSequences(110, 40);
+    std::vector<OwnedRequest> before = w.MakeBatch(20);
+    testing::SyncResult submitted;
+    std::promise<void> fired;
+    submitted.submit = ex->Submit(RandomWorkload::ToBatch(before), [&](std::vector<Status> st) {
+      submitted.statuses = std::move(st);
+      ++submitted.calls;
+      fired.set_value();
+    });
+    for (int n : {1, 7, 300}) {
+      std::vector<OwnedRequest> reqs = w.MakeBatch(n);
+      StatusOr<std::vector<Status>> st = ex->Run(RandomWorkload::ToBatch(reqs));
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+      testing::SyncResult r;
+      r.statuses = std::move(*st);
+      r.calls = 1;
+      ExpectAllMatch(r, reqs, std::string(mode == LaunchMode::kGraph ? "graph" : "eager") +
+                                  " run of " + std::to_string(n));
+    }
+    fired.get_future().wait();
+    ExpectAllMatch(submitted, before, "submitted before the runs");
+    StatusOr<std::vector<Status>> empty = ex->Run(Batch{});
+    ASSERT_FALSE(empty.ok());
+    EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+    ex->Wait();
+    EXPECT_EQ(ex->stats().batches, 4);
+  }
+}
+
 // Batches submitted back to back (more than the pipeline buffers) without waiting, including forks with
 // copy-on-write in between: per-sequence order holds and every result matches.
 TEST_F(CudaExecutorGpuTest, PipelinedBatchesAndForksMatch) {

@@ -784,6 +784,125 @@ TEST_F(SchedulerTest, DestructorShutsDownWithRequestsQueued) {
   EXPECT_EQ(f.get().status.code(), StatusCode::kUnavailable);
 }
 
+// ---- Decode -----------------------------------------------------------------------------------
+
+// On an idle scheduler Decode runs the batch of one on the calling thread: with a window of a
+// second on a clock that never moves, a queued request would never be dispatched.
+TEST_F(SchedulerTest, DecodeOnAnIdleSchedulerRunsOnTheCallersThread) {
+  Make(WindowOptions(8, microseconds(1'000'000)));
+  DecodeRequest a = Request(21, 3, 1);
+  a.want_lse = true;
+  const std::vector<std::uint16_t> a_q = Bits(data_.back().q);
+  DecodeResult ra = scheduler_->Decode(a);
+  ASSERT_TRUE(ra.status.ok()) << ra.status.ToString();
+  EXPECT_EQ(Bits(ra.output), a_q);
+  ASSERT_EQ(ra.lse.size(), static_cast<std::size_t>(shape().num_q_heads));
+  for (int h = 0; h < shape().num_q_heads; ++h) EXPECT_EQ(ra.lse[h], 1 * 1000 + h);
+
+  DecodeRequest b = Request(22, 4, 2);  // to caller-given destinations
+  std::vector<Half> out(data_.back().q.size(), Half{0xffff});
+  std::vector<float> lse(shape().num_q_heads, -1.0f);
+  b.out = out.data();
+  b.lse = lse.data();
+  DecodeResult rb = scheduler_->Decode(b);
+  ASSERT_TRUE(rb.status.ok()) << rb.status.ToString();
+  EXPECT_TRUE(rb.output.empty());
+  EXPECT_TRUE(rb.lse.empty());
+  EXPECT_EQ(Bits(out), Bits(data_.back().q));
+  for (int h = 0; h < shape().num_q_heads; ++h) EXPECT_EQ(lse[h], 2 * 1000 + h);
+
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{21}, {22}}));
+  for (const RecordedBatch& batch : executor_->batches()) {
+    EXPECT_EQ(batch.requests[0].memory, runtime::MemoryKind::kHost);  // the caller's buffers
+  }
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.decoded_inline, 2u);
+  EXPECT_EQ(m.batches, 2u);
+  EXPECT_EQ(m.submitted, 2u);
+  EXPECT_EQ(m.completed, 2u);
+  EXPECT_EQ(m.failed, 0u);
+  EXPECT_EQ(m.latency_ns.count, 2u);
+  EXPECT_EQ(m.pending, 0);
+  EXPECT_EQ(m.in_flight_batches, 0);
+  EXPECT_NE(scheduler_->PrometheusText().find("attnrt_scheduler_decoded_inline_total 2"),
+            std::string::npos);
+  // The sequence counts as idle again: a sequence call goes through.
+  EXPECT_TRUE(scheduler_->RunIfSequenceIdle(3, "FreeSequence", [] { return Status::Ok(); }).ok());
+}
+
+// Behind queued requests Decode is submitted and batched with them (never overtaking them).
+TEST_F(SchedulerTest, DecodeBehindQueuedRequestsJoinsTheirBatch) {
+  Make(WindowOptions(8, microseconds(100)));
+  std::vector<ResultFuture> queued;
+  for (int i = 0; i < 2; ++i) queued.push_back(SubmitOk(Request(30 + i, 10 + i)));
+  scheduler_->SyncForTesting();
+  DecodeRequest d = Request(32, 12);
+  const std::vector<std::uint16_t> d_q = Bits(data_.back().q);
+  DecodeResult rd;
+  std::thread caller([&] { rd = scheduler_->Decode(d); });
+  while (scheduler_->Metrics().pending < 3) std::this_thread::yield();
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);  // still waiting for the window
+  clock_.Advance(microseconds(100));
+  caller.join();
+  ASSERT_TRUE(rd.status.ok()) << rd.status.ToString();
+  EXPECT_EQ(Bits(rd.output), d_q);
+  for (auto& f : queued) EXPECT_TRUE(Get(f).status.ok());
+  // {30, 31, 32} in one batch; or, when the caller counted itself in the queue before the sync
+  // but enqueued after it, 32 in a batch of its own after theirs. Never first.
+  const auto tags = BatchTags();
+  ASSERT_FALSE(tags.empty());
+  EXPECT_EQ(tags[0][0], 30u);
+  std::vector<std::uint64_t> order;
+  for (const auto& b : tags) order.insert(order.end(), b.begin(), b.end());
+  EXPECT_EQ(order, (std::vector<std::uint64_t>{30, 31, 32}));
+  EXPECT_EQ(scheduler_->Metrics().decoded_inline, 0u);
+}
+
+// While a batch runs, Decode waits for its own turn through the queue.
+TEST_F(SchedulerTest, DecodeWhileABatchRunsGoesThroughTheQueue) {
+  Make(WindowOptions(1, microseconds(0)), Buckets({1}, 2));
+  executor_->Pause();
+  auto running = SubmitOk(Request(40, 1));
+  executor_->WaitForSubmitted(1);
+  DecodeResult rd;
+  std::thread caller([&] { rd = scheduler_->Decode(Request(41, 2)); });
+  executor_->WaitForSubmitted(2);
+  executor_->Resume();
+  caller.join();
+  EXPECT_TRUE(rd.status.ok()) << rd.status.ToString();
+  EXPECT_TRUE(Get(running).status.ok());
+  EXPECT_EQ(scheduler_->Metrics().decoded_inline, 0u);
+  EXPECT_EQ(scheduler_->Metrics().completed, 2u);
+}
+
+TEST_F(SchedulerTest, DecodeRejectsWhatSubmitRejects) {
+  Make(WindowOptions(8, microseconds(100)));
+  DecodeRequest bad_q = Request(50, 1);
+  bad_q.q = bad_q.q.subspan(1);
+  DecodeResult r = scheduler_->Decode(bad_q);
+  EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status.message().find("q has"), std::string::npos) << r.status.ToString();
+  EXPECT_TRUE(r.output.empty());
+  r = scheduler_->Decode(Request(51, 999));
+  EXPECT_EQ(r.status.code(), StatusCode::kNotFound) << r.status.ToString();
+  executor_->FailNextSubmit(InternalError("injected"));
+  r = scheduler_->Decode(Request(52, 1));
+  EXPECT_EQ(r.status.code(), StatusCode::kInternal) << r.status.ToString();
+  EXPECT_TRUE(r.output.empty());
+  scheduler_->Drain();
+  r = scheduler_->Decode(Request(53, 1));
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kInvalidArgument)], 1u);
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kUnknownSequence)], 1u);
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kClosed)], 1u);
+  EXPECT_EQ(m.submitted, 1u);  // the executor's failure: admitted, completed with its error
+  EXPECT_EQ(m.completed, 1u);
+  EXPECT_EQ(m.failed, 1u);
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+}
+
 // ---- metrics ----------------------------------------------------------------------------------
 
 TEST_F(SchedulerTest, MetricsCountEveryOutcomeAndExportPrometheusText) {
@@ -957,6 +1076,75 @@ TEST(SchedulerConcurrencyTest, EveryRequestCompletesExactlyOnce) {
               kTotal, ok, cancelled, deadline,
               static_cast<long long>(queue_full_retries.load()),
               static_cast<unsigned long long>(m.batches), m.batch_size.Mean());
+}
+
+// Decode callers beside Submit producers: every request completes exactly once with its own
+// output, whichever route each Decode took.
+TEST(SchedulerConcurrencyTest, DecodeAndSubmitFromManyThreadsCompleteExactlyOnce) {
+  constexpr int kDecoders = 4, kProducers = 4, kEach = 1500;
+  FakeExecutorOptions eo;
+  eo.record = false;
+  eo.max_sequences = 64;
+  FakeExecutor executor(eo);
+  ASSERT_TRUE(executor.CreateSequences(64).ok());
+  SchedulerOptions o;
+  o.check_finite = false;  // tag payloads (see WindowOptions)
+  o.max_batch_size = 16;
+  o.max_queue_delay = microseconds(30);
+  o.max_queue_size = 1 << 14;
+  auto created = Scheduler::Create(o, &executor);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  const ModelShape shape = executor.shape();
+  std::atomic<int> wrong{0}, failed{0}, callbacks{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kDecoders + kProducers; ++t) {
+    threads.emplace_back([&, t] {
+      RequestData data(shape, 0);
+      for (int i = 0; i < kEach; ++i) {
+        const std::uint64_t tag = static_cast<std::uint64_t>(t) << 32 | i;
+        WriteTag(data.q.data(), tag);
+        DecodeRequest r;
+        r.sequence_id = t * 8 + i % 8;
+        r.q = data.q;
+        r.k = data.k;
+        r.v = data.v;
+        if (t < kDecoders) {
+          DecodeResult result = scheduler->Decode(r);
+          if (!result.status.ok()) {
+            failed++;
+          } else if (ReadTag(result.output.data()) != tag) {
+            wrong++;
+          }
+        } else {
+          auto s = scheduler->Submit(r, [&, tag](DecodeResult result) {
+            callbacks++;
+            if (!result.status.ok()) {
+              failed++;
+            } else if (ReadTag(result.output.data()) != tag) {
+              wrong++;
+            }
+          });
+          if (!s.ok()) failed++;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  scheduler->Drain();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(callbacks.load(), kProducers * kEach);
+  EXPECT_EQ(executor.duplicate_key_batches(), 0);
+  const MetricsSnapshot m = scheduler->Metrics();
+  constexpr auto kTotal = static_cast<std::uint64_t>((kDecoders + kProducers) * kEach);
+  EXPECT_EQ(m.submitted, kTotal);
+  EXPECT_EQ(m.completed, kTotal);
+  EXPECT_EQ(m.latency_ns.count, kTotal);
+  std::printf("decode + submit: %llu requests, %llu decoded inline, %llu batches\n",
+              static_cast<unsigned long long>(kTotal),
+              static_cast<unsigned long long>(m.decoded_inline),
+              static_cast<unsigned long long>(m.batches));
 }
 
 // Per-(sequence, layer) order under concurrency: one producer per sequence submits its steps in
