@@ -589,9 +589,13 @@ LatencyUs MeasureB1(bool graphs, int iterations, B1Call call = B1Call::kFuture,
 double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t);
 
 // With `timed`, the executor records its per-piece timings (an event more per step) and the
-// row prints their medians: where the executor's time goes beyond the GPU's.
-LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_nodes = false,
-                            bool timed = false) {
+// row prints their medians: where the executor's time goes beyond the GPU's. With `run`, the
+// step goes through Executor::Run (plan, launch, wait and copy-out on the calling thread).
+struct ExecutorB1 {
+  bool zero_copy = false, memcpy_nodes = false, timed = false, run = false;
+};
+LatencyUs MeasureExecutorB1(int iterations, ExecutorB1 how = {}) {
+  const auto [zero_copy, memcpy_nodes, timed, run] = how;
   const ModelShape shape = B1Shape();
   constexpr int kSequences = 4;
   runtime::CudaExecutorOptions co;
@@ -641,12 +645,18 @@ LatencyUs MeasureExecutorB1(int iterations, bool zero_copy = false, bool memcpy_
     }
     done.store(0, std::memory_order_relaxed);
     const Clock::time_point t0 = Clock::now();
-    const Status s = (*ex)->Submit(std::move(b), [&](std::vector<Status> per) {
-      if (!per[0].ok()) (void)(error = per[0]);
-      done.store(1, std::memory_order_release);
-    });
-    if (!s.ok()) Die("executor Submit: " + s.ToString());
-    while (done.load(std::memory_order_acquire) == 0) {
+    if (run) {
+      StatusOr<std::vector<Status>> per = (*ex)->Run(std::move(b));
+      if (!per.ok()) Die("executor Run: " + per.status().ToString());
+      if (!(*per)[0].ok()) (void)(error = (*per)[0]);
+    } else {
+      const Status s = (*ex)->Submit(std::move(b), [&](std::vector<Status> per) {
+        if (!per[0].ok()) (void)(error = per[0]);
+        done.store(1, std::memory_order_release);
+      });
+      if (!s.ok()) Die("executor Submit: " + s.ToString());
+      while (done.load(std::memory_order_acquire) == 0) {
+      }
     }
     const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     if (!error.ok()) Die("executor decode: " + error.ToString());
@@ -1036,7 +1046,7 @@ int Run(const Options& o) {
   };
   std::vector<std::pair<int, LatencyUs>> floors;
   LatencyUs floor1, floor_decode, floor_decode_kernel_copies, graph, eager, decode, decode_eager,
-      executor1, callback1, short_poll;
+      executor1, executor_run, callback1, short_poll;
   if (o.b1) {
     section("floors and B=1 rows");
     std::printf("%-34s %10s %10s %8s\n", "row", "p50 us", "p99 us", "p50/floor");
@@ -1083,18 +1093,21 @@ int Run(const Options& o) {
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Decode)", decode_eager.p50,
                 decode_eager.p99, decode_eager.p50 / floor1.p50);
     executor1 = MeasureExecutorB1(iters);
+    executor_run = MeasureExecutorB1(iters, {.run = true});
     callback1 = MeasureB1(true, iters, B1Call::kCallbackSpin);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: executor (caller spins)", executor1.p50,
                 executor1.p99, executor1.p50 / floor1.p50);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of Decode: executor Run", executor_run.p50,
+                executor_run.p99, executor_run.p50 / floor1.p50);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  of it: runtime, callback (spins)",
                 callback1.p50, callback1.p99, callback1.p50 / floor1.p50);
-    const LatencyUs executor_memcpy = MeasureExecutorB1(iters, false, /*memcpy_nodes=*/true);
+    const LatencyUs executor_memcpy = MeasureExecutorB1(iters, {.memcpy_nodes = true});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  A/B: executor, memcpy nodes", executor_memcpy.p50,
                 executor_memcpy.p99, executor_memcpy.p50 / floor1.p50);
-    const LatencyUs executor_zero_copy = MeasureExecutorB1(iters, /*zero_copy=*/true);
+    const LatencyUs executor_zero_copy = MeasureExecutorB1(iters, {.zero_copy = true});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, zero-copy request", executor_zero_copy.p50,
                 executor_zero_copy.p99, executor_zero_copy.p50 / floor1.p50);
-    const LatencyUs executor_timed = MeasureExecutorB1(iters, false, false, /*timed=*/true);
+    const LatencyUs executor_timed = MeasureExecutorB1(iters, {.timed = true});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "  executor, timed pieces", executor_timed.p50,
                 executor_timed.p99, executor_timed.p50 / floor1.p50);
     short_poll =
@@ -1190,7 +1203,8 @@ int Run(const Options& o) {
                " \"b1_eager_p50_us\": %.2f, \"b1_eager_p99_us\": %.2f,\n"
                " \"b1_decode_p50_us\": %.2f, \"b1_decode_p99_us\": %.2f, \"b1_decode_ratio\": %.3f, "
                "\"b1_decode_p99_ratio\": %.3f, \"b1_decode_eager_p50_us\": %.2f,\n"
-               " \"b1_executor_p50_us\": %.2f, \"b1_callback_spin_p50_us\": %.2f, "
+               " \"b1_executor_p50_us\": %.2f, \"b1_executor_run_p50_us\": %.2f, "
+               "\"b1_callback_spin_p50_us\": %.2f, "
                "\"b1_result_spin_4us_p50_us\": %.2f, \"b1_ratio_to_floor_with_decode\": %.3f,\n"
                " \"host_us_per_request_b128\": %.3f, \"host_submit_us_b128\": %.3f, "
                "\"host_process_us_b128\": %.3f,\n"
@@ -1208,7 +1222,7 @@ int Run(const Options& o) {
                graph.p99,
                graph.p50 / floor1.p50, graph.p99 / floor1.p50, eager.p50, eager.p99, decode.p50,
                decode.p99, decode.p50 / floor1.p50, decode.p99 / floor1.p50, decode_eager.p50,
-               executor1.p50, callback1.p50, short_poll.p50, graph.p50 / floor_decode.p50,
+               executor1.p50, executor_run.p50, callback1.p50, short_poll.p50, graph.p50 / floor_decode.p50,
                host.runtime_us, host.submit_us, host.process_us, host_spun.runtime_us,
                host_device.runtime_us,
                host_device.submit_us, s32.ratio, s128.ratio,

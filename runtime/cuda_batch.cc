@@ -211,6 +211,10 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done, Completer compl
     LaunchBatch(state, completer);
     MutexLock lock(&mu);
     launching = false;
+    // Nobody waits for this end: the launcher sleeps on an empty queue, and WaitLaunched's
+    // callers hold the submission lock, as this thread does (a wake-up here cost the B=1 caller
+    // a futex call).
+    return Status::Ok();
   }
   launch_cv.NotifyAll();
   return Status::Ok();
@@ -315,7 +319,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
       MutexLock lock(&mu);
       completions.push_back(std::move(piece));
     }
-    cv.NotifyAll();
+    completion_cv.NotifyOne();
   }
 }
 

@@ -60,7 +60,7 @@ void CudaExecutor::Impl::CompletionLoop() {
     Piece piece;
     {
       MutexLock lock(&mu);
-      while (!stop && completions.empty()) cv.Wait(lock);
+      while (!stop && completions.empty()) completion_cv.Wait(lock);
       if (completions.empty()) return;
       piece = std::move(completions.front());
       completions.pop_front();

@@ -305,7 +305,8 @@ struct CudaExecutor::Impl {
   unsigned disabled_stages = 0;  // SetDisabledStagesForBenchmark; submitting thread
 
   Mutex mu;
-  CondVar cv;
+  CondVar cv;  // a buffer freed, or a batch completed (pending_batches fell)
+  CondVar completion_cv;  // completions gained a piece, or stop: the completion thread's alone
   std::deque<Piece> completions GUARDED_BY(mu);
   // Submitted batches whose callback has not returned; Submit blocks while max_in_flight() are.
   int pending_batches GUARDED_BY(mu) = 0;
@@ -322,7 +323,7 @@ struct CudaExecutor::Impl {
   std::thread completion_thread;
   std::thread launcher_thread;
   std::unique_ptr<CopyPool> pack_pool;  // the launcher's packs and the completion thread's copy-outs
-  std::unique_ptr<StepEstimates> step_estimates;  // sleep_through_steps; completion thread
+  std::unique_ptr<StepEstimates> step_estimates;  // sleep_through_steps; the completer
   // Every pipeline buffer's pinned staging is device-addressable at its host address (unified
   // addressing), so copy kernels can read and write it (kernel_copy_max_bytes).
   bool pinned_is_device_addressable = false;
@@ -336,6 +337,7 @@ struct CudaExecutor::Impl {
         stop = true;
       }
       cv.NotifyAll();
+      completion_cv.NotifyAll();
       launch_cv.NotifyAll();
       completion_thread.join();
       if (launcher_thread.joinable()) launcher_thread.join();

@@ -192,13 +192,18 @@ DecodeResult Scheduler::Impl::DecodeInline(const DecodeRequest& request) {
   metrics_.in_flight_requests.fetch_sub(1, std::memory_order_relaxed);
   activity_.Remove(request.sequence_id);  // before the caller sees the result, as Deliver
   dispatch_mu_.Unlock();
+  // The batching thread waits for this slot only if it found every slot taken (an executor of
+  // one batch in flight): wake it then, and only then (a futex call on the caller's path).
+  bool wake = false;
   {
     MutexLock lock(&mu_);
-    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-    wake_flag_ = true;  // a batch may wait for the slot
+    wake = in_flight_.fetch_sub(1, std::memory_order_acq_rel) >= max_in_flight_;
+    if (wake) wake_flag_ = true;
   }
-  wake_hint_.store(true, std::memory_order_release);
-  cv_.NotifyOne();
+  if (wake) {
+    wake_hint_.store(true, std::memory_order_release);
+    cv_.NotifyOne();
+  }
   if (Idle()) NotifyIdle();
   return result;
 }
