@@ -1,0 +1,10 @@
+#!/bin/bash
+# Third device call (H100): scripts/gpu-check.sh --phase tests: every test of the tree (GPU
+# tests included) through ctest, DCHECKS on, at the session's code (Decode, Executor::Run,
+# copy-out through the pack pool, the completion thread's own condition variable).
+set -u
+O=$1; COMMIT=$2; mkdir -p "$O"; cd "$(dirname "$0")/../../.."
+OUT_DIR="$O" ATTNRT_COMMIT="$COMMIT" BUILD_DIR=/tmp/attnrt-build-gpu timeout 585 \
+  scripts/gpu-check.sh --phase tests > "$O/gpu-check-stdout.txt" 2>&1
+echo "gpu-check tests rc=$?" | tee -a "$O/gpu-check-stdout.txt"
+tail -25 "$O/gpu-check-stdout.txt"
