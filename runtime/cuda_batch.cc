@@ -56,9 +56,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   }
   auto via_host = [&](const BatchRequest& r) {
     if (r.memory == MemoryKind::kHost) return true;
-    return pack_staged && staging->Contains(r.q) && staging->Contains(r.k) &&
-           staging->Contains(r.v) && staging->Contains(r.out) &&
-           (r.lse == nullptr || staging->Contains(r.lse));
+    return pack_staged && staging->ContainsAll({r.q, r.k, r.v, r.out, r.lse});
   };
   for (int j = 0; j < piece.count; ++j) {
     const PlannedRequest& p = b.plan.live[piece.first + j];

@@ -272,6 +272,10 @@ class MappedStagingMemory final : public StagingMemory {
   }
   // True if p lies in memory this allocator handed out.
   bool Contains(const void* p) const { return ranges_.Contains(p); }
+  // True if every non-null pointer does (false for all null); see AddressRanges::ContainsAll.
+  bool ContainsAll(std::initializer_list<const void*> pointers) const {
+    return ranges_.ContainsAll(pointers);
+  }
 
  private:
   AddressRanges ranges_;
