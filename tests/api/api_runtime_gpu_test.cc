@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,51 +33,92 @@ class RuntimeTest : public testing::RuntimeDeviceTest {
     rt_ = std::move(*rt);
   }
 
+  // `sequences` sequences, each layer prefilled with `prompt` random tokens; mirror_ holds
+  // their K/V for the dense reference.
+  void PrefillSequences(int sequences, int prompt, NormalRng& rng) {
+    const ModelShape& s = rt_->shape();
+    const std::size_t kv = s.kv_token_elems();
+    mirror_.assign(sequences, std::vector<DenseKv>(s.num_layers));
+    for (int seq = 0; seq < sequences; ++seq) {
+      ASSERT_TRUE(rt_->CreateSequence(seq).ok());
+      for (int layer = 0; layer < s.num_layers; ++layer) {
+        auto k = Normal(rng, kv * prompt), v = Normal(rng, kv * prompt);
+        ASSERT_TRUE(rt_->Prefill(seq, layer, prompt, k, v).ok());
+        mirror_[seq][layer].Append(k, v);
+      }
+    }
+  }
+
+  // One decode of (seq, layer) with fresh random q/k/v through `decode`, its output (or `out`,
+  // where the request gave one) against the dense reference.
+  void DecodeAndCheck(int seq, int layer, NormalRng& rng,
+                      const std::function<DecodeResult(const DecodeRequest&)>& decode,
+                      const std::string& where, std::vector<Half>* out = nullptr) {
+    const ModelShape& s = rt_->shape();
+    const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
+    auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
+    DecodeRequest req = testing::MakeDecodeRequest(seq, layer, q, k, v);
+    if (out != nullptr) {
+      out->assign(qn, Half{0x7e00});  // NaN: every element must be written
+      req.out = out->data();
+    }
+    DecodeResult r = decode(req);
+    ASSERT_TRUE(r.status.ok()) << where << ": " << r.status.ToString();
+    mirror_[seq][layer].Append(k, v);
+    if (out != nullptr) EXPECT_TRUE(r.output.empty()) << where;
+    const std::vector<Half>& got = out != nullptr ? *out : r.output;
+    ASSERT_EQ(got.size(), qn) << where;
+    auto err = testing::CompareToReference(got, testing::DenseDecode(s, mirror_[seq][layer], q));
+    EXPECT_LE(err.max_abs, 2e-3) << where;
+    EXPECT_LE(err.rel_l2, 1e-3) << where;
+  }
+
+  // `threads` threads; thread t decodes every layer of the sequences s with s % threads == t,
+  // `steps` times, through decode(t, request). Returns the decodes checked.
+  int DecodeFromThreads(int threads, int steps, int seed,
+                        const std::function<DecodeResult(int, const DecodeRequest&)>& decode) {
+    const int sequences = static_cast<int>(mirror_.size());
+    std::atomic<int> checked{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        NormalRng rng(seed + t);
+        for (int step = 0; step < steps; ++step) {
+          for (int layer = 0; layer < rt_->shape().num_layers; ++layer) {
+            for (int seq = t; seq < sequences; seq += threads) {
+              DecodeAndCheck(seq, layer, rng,
+                             [&](const DecodeRequest& r) { return decode(t, r); },
+                             "thread " + std::to_string(t) + " seq " + std::to_string(seq) +
+                                 " layer " + std::to_string(layer) + " step " +
+                                 std::to_string(step));
+              ++checked;
+            }
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    return checked.load();
+  }
+
+  DecodeResult SubmitAndGet(const DecodeRequest& r) {
+    auto sub = rt_->Submit(r);
+    if (!sub.ok()) return DecodeResult{.status = sub.status()};
+    return sub->result.get();
+  }
+
   std::unique_ptr<Runtime> rt_;
+  std::vector<std::vector<DenseKv>> mirror_;  // [sequence][layer]
 };
 
 TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
-  const ModelShape& s = rt_->shape();
   const int kSequences = 8, kSteps = 6, kThreads = 4, kPrompt = 37;
-  const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
-  std::vector<std::vector<DenseKv>> mirror(kSequences, std::vector<DenseKv>(s.num_layers));
   NormalRng rng(11);
-  for (int seq = 0; seq < kSequences; ++seq) {
-    ASSERT_TRUE(rt_->CreateSequence(seq).ok());
-    for (int layer = 0; layer < s.num_layers; ++layer) {
-      auto k = Normal(rng, kv * kPrompt), v = Normal(rng, kv * kPrompt);
-      ASSERT_TRUE(rt_->Prefill(seq, layer, kPrompt, k, v).ok());
-      mirror[seq][layer].Append(k, v);
-    }
-  }
-  std::atomic<int> checked{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      NormalRng trng(100 + t);
-      for (int step = 0; step < kSteps; ++step) {
-        for (int layer = 0; layer < s.num_layers; ++layer) {
-          for (int seq = t; seq < kSequences; seq += kThreads) {
-            auto q = Normal(trng, qn), k = Normal(trng, kv), v = Normal(trng, kv);
-            DecodeRequest req = testing::MakeDecodeRequest(seq, layer, q, k, v);
-            auto sub = rt_->Submit(req);
-            ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-            mirror[seq][layer].Append(k, v);
-            DecodeResult r = sub->result.get();
-            ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-            ASSERT_EQ(r.output.size(), qn);
-            auto err = testing::CompareToReference(
-                r.output, testing::DenseDecode(s, mirror[seq][layer], q));
-            EXPECT_LE(err.max_abs, 2e-3) << "seq " << seq << " layer " << layer << " step " << step;
-            EXPECT_LE(err.rel_l2, 1e-3) << "seq " << seq << " layer " << layer << " step " << step;
-            ++checked;
-          }
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(checked.load(), kSequences * kSteps * s.num_layers);
+  PrefillSequences(kSequences, kPrompt, rng);
+  const int checked = DecodeFromThreads(kThreads, kSteps, 100, [&](int, const DecodeRequest& r) {
+    return SubmitAndGet(r);
+  });
+  EXPECT_EQ(checked, kSequences * kSteps * rt_->shape().num_layers);
   for (int seq = 0; seq < kSequences; ++seq) {
     auto len = rt_->SequenceLength(seq, 1);
     ASSERT_TRUE(len.ok());
@@ -88,77 +130,23 @@ TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
 // running), into a poisoned caller-given `out` and into DecodeResult; then callers of Decode
 // beside callers of Submit, each request's output against the dense reference.
 TEST_P(RuntimeTest, DecodeMatchesDenseReferenceAloneAndBesideSubmits) {
-  const ModelShape& s = rt_->shape();
-  const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
   const int kPrompt = 29, kAlone = 12, kSequences = 8, kSteps = 5, kThreads = 4;
-  std::vector<std::vector<DenseKv>> mirror(kSequences, std::vector<DenseKv>(s.num_layers));
   NormalRng rng(23);
-  for (int seq = 0; seq < kSequences; ++seq) {
-    ASSERT_TRUE(rt_->CreateSequence(seq).ok());
-    for (int layer = 0; layer < s.num_layers; ++layer) {
-      auto k = Normal(rng, kv * kPrompt), v = Normal(rng, kv * kPrompt);
-      ASSERT_TRUE(rt_->Prefill(seq, layer, kPrompt, k, v).ok());
-      mirror[seq][layer].Append(k, v);
-    }
-  }
-  auto check = [&](const std::vector<Half>& out, int seq, int layer, const std::vector<Half>& q,
-                   const std::string& where) {
-    auto err = testing::CompareToReference(out, testing::DenseDecode(s, mirror[seq][layer], q));
-    EXPECT_LE(err.max_abs, 2e-3) << where;
-    EXPECT_LE(err.rel_l2, 1e-3) << where;
-  };
+  PrefillSequences(kSequences, kPrompt, rng);
+  auto decode = [&](const DecodeRequest& r) { return rt_->Decode(r); };
   for (int step = 0; step < kAlone; ++step) {
-    auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
-    DecodeRequest req = testing::MakeDecodeRequest(0, 1, q, k, v);
-    std::vector<Half> out(qn, Half{0x7e00});  // NaN: every element must be written
-    if (step % 2 == 0) req.out = out.data();
-    DecodeResult r = rt_->Decode(req);
-    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    mirror[0][1].Append(k, v);
-    if (step % 2 != 0) {
-      ASSERT_EQ(r.output.size(), qn);
-      out = r.output;
-    } else {
-      EXPECT_TRUE(r.output.empty());
-    }
-    check(out, 0, 1, q, "alone, step " + std::to_string(step));
+    std::vector<Half> out;
+    DecodeAndCheck(0, 1, rng, decode, "alone, step " + std::to_string(step),
+                   step % 2 == 0 ? &out : nullptr);
   }
   const std::string metrics = rt_->MetricsText();
   EXPECT_NE(metrics.find("attnrt_scheduler_decoded_inline_total " + std::to_string(kAlone)),
             std::string::npos)
       << metrics;
-
-  std::atomic<int> checked{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      NormalRng trng(300 + t);
-      for (int step = 0; step < kSteps; ++step) {
-        for (int layer = 0; layer < s.num_layers; ++layer) {
-          for (int seq = t; seq < kSequences; seq += kThreads) {
-            auto q = Normal(trng, qn), k = Normal(trng, kv), v = Normal(trng, kv);
-            DecodeRequest req = testing::MakeDecodeRequest(seq, layer, q, k, v);
-            DecodeResult r;
-            if (t % 2 == 0) {
-              r = rt_->Decode(req);
-            } else {
-              auto sub = rt_->Submit(req);
-              ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-              r = sub->result.get();
-            }
-            ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-            mirror[seq][layer].Append(k, v);
-            check(r.output, seq, layer, q,
-                  "thread " + std::to_string(t) + " seq " + std::to_string(seq) + " layer " +
-                      std::to_string(layer) + " step " + std::to_string(step));
-            ++checked;
-          }
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(checked.load(), kSequences * kSteps * s.num_layers);
+  const int checked = DecodeFromThreads(kThreads, kSteps, 300, [&](int t, const DecodeRequest& r) {
+    return t % 2 == 0 ? rt_->Decode(r) : SubmitAndGet(r);
+  });
+  EXPECT_EQ(checked, kSequences * kSteps * rt_->shape().num_layers);
   EXPECT_EQ(*rt_->SequenceLength(0, 1), kPrompt + kAlone + kSteps);
 }
 

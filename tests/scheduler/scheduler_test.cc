@@ -974,6 +974,15 @@ constexpr int kRequestsPerProducer = 5'000;  // TSan runs ~10-20x slower
 constexpr int kRequestsPerProducer = 100'000;
 #endif
 
+// A scheduler over `executor` on the steady clock, for the concurrency tests; tag payloads, so
+// the finite check is off (see WindowOptions).
+std::unique_ptr<Scheduler> MakeConcurrent(SchedulerOptions o, FakeExecutor* executor) {
+  o.check_finite = false;
+  auto created = Scheduler::Create(o, executor);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  return created.ok() ? std::move(created).value() : nullptr;
+}
+
 // 8 producers (half with producer tokens) submit with random layers, priorities, cancellations
 // and a few tight timeouts; every accepted request must complete exactly once with OK,
 // Cancelled (iff Cancel returned true) or DeadlineExceeded, and per-(sequence, layer) order must
@@ -987,15 +996,13 @@ TEST(SchedulerConcurrencyTest, EveryRequestCompletesExactlyOnce) {
   FakeExecutor executor(eo);
   ASSERT_TRUE(executor.CreateSequences(1024).ok());
   SchedulerOptions o;
-  o.check_finite = false;  // tag payloads (see WindowOptions)
   o.max_batch_size = 32;
   o.max_queue_delay = microseconds(50);
   o.max_queue_size = 1 << 14;
   o.num_priority_levels = 2;
   o.default_timeout = microseconds(10'000'000);
-  auto created = Scheduler::Create(o, &executor);
-  ASSERT_TRUE(created.ok());
-  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  std::unique_ptr<Scheduler> scheduler = MakeConcurrent(o, &executor);
+  ASSERT_NE(scheduler, nullptr);
 
   std::vector<std::atomic<std::uint8_t>> completions(kTotal);
   std::vector<std::atomic<std::uint8_t>> outcome(kTotal);  // 1 ok, 2 cancelled, 3 deadline
@@ -1088,13 +1095,11 @@ TEST(SchedulerConcurrencyTest, DecodeAndSubmitFromManyThreadsCompleteExactlyOnce
   FakeExecutor executor(eo);
   ASSERT_TRUE(executor.CreateSequences(64).ok());
   SchedulerOptions o;
-  o.check_finite = false;  // tag payloads (see WindowOptions)
   o.max_batch_size = 16;
   o.max_queue_delay = microseconds(30);
   o.max_queue_size = 1 << 14;
-  auto created = Scheduler::Create(o, &executor);
-  ASSERT_TRUE(created.ok());
-  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  std::unique_ptr<Scheduler> scheduler = MakeConcurrent(o, &executor);
+  ASSERT_NE(scheduler, nullptr);
   const ModelShape shape = executor.shape();
   std::atomic<int> wrong{0}, failed{0}, callbacks{0};
   std::vector<std::thread> threads;
@@ -1156,13 +1161,11 @@ TEST(SchedulerConcurrencyTest, PerSequenceOrderHoldsAcrossBatches) {
   FakeExecutor executor(eo);
   ASSERT_TRUE(executor.CreateSequences(kSequences).ok());
   SchedulerOptions o;
-  o.check_finite = false;  // tag payloads (see WindowOptions)
   o.max_batch_size = 16;
   o.max_queue_delay = microseconds(20);
   o.max_queue_size = kSequences * kSteps;
-  auto created = Scheduler::Create(o, &executor);
-  ASSERT_TRUE(created.ok());
-  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  std::unique_ptr<Scheduler> scheduler = MakeConcurrent(o, &executor);
+  ASSERT_NE(scheduler, nullptr);
   std::vector<std::thread> threads;
   for (int s = 0; s < kSequences; ++s) {
     threads.emplace_back([&, s] {
