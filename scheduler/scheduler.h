@@ -162,7 +162,8 @@ class Scheduler {
   // threads, the lowest latency a lone caller gets; counted in MetricsSnapshot::decoded_inline);
   // otherwise the request is submitted and awaited, batched with the others. Validation,
   // admission (Drain, Shutdown, max_queue_size) and the per-sequence rules are Submit's; a
-  // request run inline never waits for a window, so its timeout cannot expire.
+  // request run inline never waits for a window, so its timeout cannot expire. Not from a done
+  // callback (the queued route waits for a delivery that may need the callback's thread).
   DecodeResult Decode(const DecodeRequest& request);
 
   // A producer for one submitting thread: it keeps a moodycamel producer token (its own

@@ -143,7 +143,8 @@ class ATTNRT_EXPORT Runtime {
   // itself: no hand-off to the runtime's threads, the lowest latency a lone caller gets (a
   // caller that decodes one sequence at a time wants this). Otherwise the request is submitted
   // and awaited, batched with the others. Same validation and rules as Submit; the caller's
-  // buffers are read in place.
+  // buffers are read in place. Not from a done callback (like waiting on a future there, it
+  // may wait for a result that callback's thread has to deliver).
   virtual DecodeResult Decode(const DecodeRequest& request) = 0;
   // True when the request will complete with Cancelled; false once it was dispatched.
   virtual bool Cancel(const RequestHandle& handle) = 0;
