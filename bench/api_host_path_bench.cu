@@ -74,6 +74,7 @@ struct Options {
   bool staging_ab = false;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
+  int chunk_rows = runtime::CudaExecutorOptions{}.device_io_chunk_rows;  // ... and this
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -441,6 +442,7 @@ struct Variation {
   bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
   int pack_threads = -1;  // CudaExecutorOptions of the saturation executors (not the Runtime rows)
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
+  int chunk_rows = runtime::CudaExecutorOptions{}.device_io_chunk_rows;  // likewise
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
@@ -456,6 +458,7 @@ struct Variation {
 Variation ForSaturation(const Options& o, Variation v) {
   v.pack_threads = o.pack_threads;
   v.buffers = o.buffers;
+  v.chunk_rows = o.chunk_rows;
   return v;
 }
 
@@ -960,6 +963,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   co.sleep_through_steps = variation.sleep_through_steps;
   co.pack_threads = variation.pack_threads;
   co.num_buffers = variation.buffers;
+  co.device_io_chunk_rows = variation.chunk_rows;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
@@ -974,7 +978,10 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   };
   reset();
   (void)(*ex)->TakeTimings();
-  std::printf("  prefilled %d sequences of %d tokens\n", kSequences, kContext);
+  std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, "
+              "device-memory chunks of %d rows\n",
+              kSequences, kContext, variation.pack_threads, variation.buffers,
+              variation.chunk_rows);
   // The better of two closed-loop runs (each from the same lengths): a stricter denominator,
   // steadier on a shared host than one run, which a stall on the submitting thread lowers.
   auto capacity_watchdog = WatchRun("capacity runs", 2 * duration_s + 60);
@@ -1273,7 +1280,9 @@ int main(int argc, char** argv) {
           "                   (stage_in_mapped_memory on / off), alternating, twice\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
-          "                   default: CudaExecutorOptions::num_buffers)\n");
+          "                   default: CudaExecutorOptions::num_buffers)\n"
+          "  --chunk-rows N   the saturation executors' device_io_chunk_rows (device-memory\n"
+          "                   pieces in row chunks; 0: one chunk; default: the option's)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -1292,6 +1301,8 @@ int main(int argc, char** argv) {
       o.pack_threads = std::atoi(value("--pack-threads").c_str());
     } else if (a == "--buffers") {
       o.buffers = std::atoi(value("--buffers").c_str());
+    } else if (a == "--chunk-rows") {
+      o.chunk_rows = std::atoi(value("--chunk-rows").c_str());
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
     } else if (a == "--staging-ab") {

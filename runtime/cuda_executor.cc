@@ -249,6 +249,9 @@ Status CudaExecutor::Impl::Init() {
         report.bucket = options.buckets[b];
         report.path = paths[p].name;
         report.workspace_bytes = paths[p].plans[b].workspace_bytes;
+        if (const int chunk_bucket = ChunkBucket(p, b); chunk_bucket >= 0) {
+          report.device_io_chunks = options.buckets[b] / options.buckets[chunk_bucket];
+        }
         std::size_t free_before = 0, free_after = 0, total = 0;
         ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_before, &total));
         const Clock::time_point t0 = Clock::now();
@@ -302,6 +305,11 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
   if (options.pack_spin.count() < 0) {
     return InvalidArgumentError("pack_spin " + std::to_string(options.pack_spin.count()) +
                                 " us, expected >= 0");
+  }
+  if (options.device_io_chunk_rows < 0) {
+    return InvalidArgumentError("device_io_chunk_rows " +
+                                std::to_string(options.device_io_chunk_rows) +
+                                ", expected >= 0 (0: one chunk)");
   }
   if (options.max_batch_size < 1) {
     return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +
@@ -452,7 +460,9 @@ std::string CudaExecutorMemory::ToString() const {
     << " MiB; capture " << capture_ms << " ms\n";
   for (const BucketGraphReport& g : graphs) {
     o << "  bucket " << g.bucket << " path " << g.path << ": graphs " << g.graph_bytes
-      << " B, workspace " << g.workspace_bytes << " B, capture " << g.capture_ms << " ms\n";
+      << " B, workspace " << g.workspace_bytes << " B, capture " << g.capture_ms << " ms";
+    if (g.device_io_chunks > 1) o << ", device-memory graph in " << g.device_io_chunks << " chunks";
+    o << "\n";
   }
   return o.str();
 }

@@ -88,6 +88,14 @@ struct CudaExecutorOptions {
   // load: bench/results/2026-11-26_h100_staged-requests/). Off for a bare executor, whose
   // callers stage their own requests.
   bool offer_staging_memory = false;
+  // Device-memory pieces (only kDevice requests: the graph's gather reads their q/k/v across
+  // PCIe or from device memory, its scatter writes out/lse back) of buckets of at least twice
+  // this many rows run in chunks of this many rows: chunk i+1's gather overlaps chunk i's
+  // append + decode, and chunk i's scatter the next chunk's, instead of gather, compute and
+  // scatter in series for the whole piece. Each chunk runs the plan of the bucket of exactly
+  // this capacity (no chunks where there is none, or where it does not divide the bucket).
+  // 0 = one chunk.
+  int device_io_chunk_rows = 32;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.
@@ -97,6 +105,7 @@ struct BucketGraphReport {
   std::size_t graph_bytes = 0;      // device memory the instantiated+uploaded graphs took (driver)
   std::size_t workspace_bytes = 0;  // the path's workspace at this bucket (shared buffer)
   double capture_ms = 0.0;          // build + capture + instantiate + upload, all buffers
+  int device_io_chunks = 1;         // row chunks of its device-memory graph (device_io_chunk_rows)
 };
 
 struct CudaExecutorMemory {

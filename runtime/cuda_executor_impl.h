@@ -386,6 +386,14 @@ struct CudaExecutor::Impl {
   // From a clone of the captured compute graph: the LeanGraph of `kind`.
   Status AddLeanGraph(cudaGraph_t compute, int bucket, int buffer, LeanGraph kind, Graph* graph,
                       GraphExec* exec);
+  // The bucket whose plan runs each row chunk of `bucket`'s device-memory graph
+  // (CudaExecutorOptions::device_io_chunk_rows), or -1: one chunk.
+  int ChunkBucket(int path, int bucket) const;
+  // The device-memory graph of `bucket` in chunks of `chunk_bucket`'s capacity: metadata H2D,
+  // then per chunk gather -> append + decode -> scatter, the gathers in a chain and the
+  // computes in a chain, so chunk i+1's gather and chunk i's scatter overlap the computes.
+  Status AddChunkedDeviceGraph(int path, int bucket, int chunk_bucket, int buffer, Graph* graph,
+                               GraphExec* exec);
   // Whether a lean graph moving `in_bytes` to the device and `out_bytes` back copies with
   // kernels (kernel_copy_max_bytes) instead of memcpy nodes.
   bool CopiesByKernel(std::size_t in_bytes, std::size_t out_bytes) const {

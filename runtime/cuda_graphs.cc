@@ -150,8 +150,13 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   cudaGraph_t graph = g->graph.get();
   ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kHostMemory,
                                       &g->host_graph, &g->host_exec));
-  ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kDeviceMemory,
-                                      &g->device_graph, &g->device_exec));
+  if (const int chunk_bucket = ChunkBucket(path, bucket); chunk_bucket >= 0) {
+    ATTNRT_RETURN_IF_ERROR(AddChunkedDeviceGraph(path, bucket, chunk_bucket, buffer,
+                                                 &g->device_graph, &g->device_exec));
+  } else {
+    ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kDeviceMemory,
+                                        &g->device_graph, &g->device_exec));
+  }
 
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
   ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(graph, shape.roots, shape.leaves, buffer));
@@ -227,6 +232,120 @@ Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buf
   } else {
     ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, leaves.data(), leaves.size(), io, &last));
   }
+  ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
+  ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), buf.stream.get()));
+  return Status::Ok();
+}
+
+namespace {
+
+// Rows [first, first + rows) of a bucket's batch view / gather-scatter arguments.
+kernels::DecodeBatchView ViewRows(kernels::DecodeBatchView v, const ModelShape& shape, int first,
+                                  int rows) {
+  const std::int64_t q = static_cast<std::int64_t>(first) * shape.num_q_heads * shape.head_dim;
+  const std::int64_t kv = static_cast<std::int64_t>(first) * shape.kv_token_elems();
+  v.capacity = rows;
+  v.kv_lengths += first;
+  v.layers += first;
+  v.block_tables += static_cast<std::int64_t>(first) * v.max_blocks_per_seq;
+  v.q += q;
+  v.k_new += kv;
+  v.v_new += kv;
+  v.out += q;
+  if (v.lse != nullptr) v.lse += static_cast<std::int64_t>(first) * v.num_q_heads;
+  return v;
+}
+
+BatchIoArgs IoRows(BatchIoArgs a, int first, int rows) {
+  const std::int64_t q = static_cast<std::int64_t>(first) * a.q_elems;
+  const std::int64_t kv = static_cast<std::int64_t>(first) * a.kv_elems;
+  a.capacity = rows;
+  a.kv_lengths += first;
+  a.q_ptrs += first;
+  a.k_ptrs += first;
+  a.v_ptrs += first;
+  a.out_ptrs += first;
+  a.lse_ptrs += first;
+  a.q += q;
+  a.k += kv;
+  a.v += kv;
+  a.out += q;
+  a.lse += static_cast<std::int64_t>(first) * a.num_q_heads;
+  return a;
+}
+
+}  // namespace
+
+int CudaExecutor::Impl::ChunkBucket(int path, int bucket) const {
+  const int rows = options.device_io_chunk_rows;
+  const int capacity = options.buckets[bucket];
+  if (rows <= 0 || capacity < 2 * rows || capacity % rows != 0) return -1;
+  for (int b = 0; b < num_buckets(); ++b) {
+    if (options.buckets[b] == rows &&
+        runnable[static_cast<std::size_t>(path) * num_buckets() + b]) {
+      return b;
+    }
+  }
+  return -1;
+}
+
+Status CudaExecutor::Impl::AddChunkedDeviceGraph(int path, int bucket, int chunk_bucket,
+                                                 int buffer, Graph* graph, GraphExec* exec) {
+  const BufferLayout& l = layouts[bucket];
+  PipelineBuffer& buf = buffers[buffer];
+  const DecodePath& p = paths[path];
+  const kernels::DecodePlan& plan = p.plans[chunk_bucket];
+  const int rows = options.buckets[chunk_bucket];
+  cudaGraph_t raw = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphCreate(&raw, 0));
+  *graph = Graph::Adopt(raw);
+
+  cudaGraphNode_t h2d = nullptr, wait = nullptr, record = nullptr;
+  if (CopiesByKernel(l.meta_bytes, 0)) {
+    ATTNRT_RETURN_IF_ERROR(kernels::AddCopyNode(raw, nullptr, 0, buf.in.data(),
+                                                buf.dev_in.data(), l.meta_bytes, &h2d));
+  } else {
+    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
+                                                buf.in.data(), l.meta_bytes,
+                                                cudaMemcpyHostToDevice));
+  }
+  ATTNRT_CUDA_RETURN(cudaGraphAddEventWaitNode(&wait, raw, nullptr, 0,
+                                               buffers[PreviousBuffer(buffer)].computed.get()));
+  const kernels::DecodeBatchView view = ViewFor(bucket, buffer);
+  const BatchIoArgs io = IoArgsFor(bucket, buffer);
+  cudaGraphNode_t gather = h2d;
+  std::vector<cudaGraphNode_t> after{wait};  // what the next compute waits for
+  for (int first = 0; first < l.capacity; first += rows) {
+    const BatchIoArgs chunk_io = IoRows(io, first, rows);
+    ATTNRT_RETURN_IF_ERROR(AddGatherNode(raw, &gather, 1, chunk_io, &gather));
+    after.push_back(gather);
+    // The chunk's compute, captured into this graph after `after`; its last nodes are what
+    // the capture's next node would depend on.
+    ATTNRT_CUDA_RETURN(cudaStreamBeginCaptureToGraph(stream.get(), raw, after.data(), nullptr,
+                                                     after.size(),
+                                                     cudaStreamCaptureModeThreadLocal));
+    const Status enqueued = p.variant->run(plan, ViewRows(view, options.shape, first, rows),
+                                           pools, WorkspaceFor(plan),
+                                           {stream.get(), cublas.get()});
+    cudaStreamCaptureStatus capturing{};
+    const cudaGraphNode_t* last = nullptr;
+    const cudaGraphEdgeData* edges = nullptr;
+    std::size_t num_last = 0;
+    const cudaError_t info = cudaStreamGetCaptureInfo(stream.get(), &capturing, nullptr, nullptr,
+                                                      &last, &edges, &num_last);
+    std::vector<cudaGraphNode_t> leaves;
+    if (info == cudaSuccess) leaves.assign(last, last + num_last);
+    cudaGraph_t ended = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream.get(), &ended);
+    ATTNRT_RETURN_IF_ERROR(enqueued);
+    ATTNRT_CUDA_RETURN(info);
+    ATTNRT_CUDA_RETURN(end);
+    if (!leaves.empty()) after = std::move(leaves);  // (nothing captured: the same deps)
+    cudaGraphNode_t scatter = nullptr;
+    ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, after.data(), after.size(), chunk_io, &scatter));
+  }
+  ATTNRT_CUDA_RETURN(cudaGraphAddEventRecordNode(&record, raw, after.data(), after.size(),
+                                                 buf.computed.get()));
   ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), buf.stream.get()));
   return Status::Ok();

@@ -360,6 +360,62 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
   }
 }
 
+// Device-memory pieces of large buckets run in row chunks (device_io_chunk_rows): staged
+// requests in pieces of 33-128 rows (buckets 64 and 128), on every path, in chunks of 16, 32 and
+// 64 rows or none, padding rows in the last chunks. The memory report says how many chunks each
+// bucket's device-memory graph has.
+class CudaExecutorChunkTest : public CudaExecutorGpuTest,
+                              public ::testing::WithParamInterface<int> {};
+
+TEST_P(CudaExecutorChunkTest, StagedPiecesInRowChunksMatch) {
+  const int rows = GetParam();
+  CudaExecutorOptions o = Options();
+  o.offer_staging_memory = true;
+  o.record_timings = true;
+  o.device_io_chunk_rows = rows;
+  auto ex = Make(o);
+  ASSERT_NE(ex, nullptr);
+  for (const BucketGraphReport& g : ex->memory().graphs) {
+    const int expected = rows > 0 && g.bucket >= 2 * rows ? g.bucket / rows : 1;
+    EXPECT_EQ(g.device_io_chunks, expected) << "bucket " << g.bucket << " path " << g.path;
+  }
+  StagingMemory* staging = ex->staging_memory();
+  ASSERT_NE(staging, nullptr);
+  RandomWorkload w(*ex, 608 + rows);
+  w.AddSequences(50, 300);  // 150 (sequence, layer) rows
+  const StagedChunk layout(ex->shape());
+  for (const std::string& path : ex->paths()) {
+    ASSERT_TRUE(ex->SelectPath(path).ok());
+    for (int step = 0; step < 3; ++step) {
+      std::vector<OwnedRequest> reqs = w.MakeBatch(step == 0 ? 128 : w.rng().NextInt(33, 127));
+      auto* base = static_cast<char*>(staging->Allocate(layout.bytes() * reqs.size()));
+      ASSERT_NE(base, nullptr);
+      Batch batch = RandomWorkload::ToBatch(reqs);
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        layout.Stage(base + i * layout.bytes(), reqs[i], &batch.requests[i]);
+      }
+      testing::SyncResult r = SubmitAndWait(*ex, std::move(batch));
+      ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
+        layout.ReadBack(base + i * layout.bytes(), &reqs[i]);
+        EXPECT_TRUE(MatchesExpected(reqs[i]))
+            << path << " step " << step << " request " << i << " of " << reqs.size();
+      }
+      for (const PieceTimings& t : ex->TakeTimings()) {
+        EXPECT_EQ(t.host_requests, 0) << "the piece took the host-memory graph";
+      }
+      staging->Free(base);
+    }
+  }
+  EXPECT_EQ(ex->stats().failed_batches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ChunkRows, CudaExecutorChunkTest, ::testing::Values(0, 16, 32, 64),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return "Rows" + std::to_string(p.param);
+                         });
+
 // In buckets small enough for copy kernels, a staged request is packed and takes the host-memory
 // graph (faster than the gather kernel there); with kernel_copy_max_bytes 0 it runs in place.
 // Either way its output lands in its staged out/lse.
