@@ -72,6 +72,7 @@ struct Options {
   // B=1, host CPU at B=128 and saturation with requests staged in mapped memory at Submit or
   // packed into the step's staging, alternating, twice (--staging-ab; not part of the summary).
   bool staging_ab = false;
+  bool lone_ab = false;  // --lone-ab
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
   int chunk_rows = runtime::CudaExecutorOptions{}.device_io_chunk_rows;  // ... and this
@@ -943,6 +944,87 @@ struct Saturation {
   double gpu_capacity = 0, gpu_ratio = 0;
 };
 
+// A lone piece of `batch` requests (H32 Hkv8 D128, T=512) through Executor::Run, one piece at a
+// time, nothing else in flight: staged in the executor's mapped staging memory (kDevice: the
+// device-memory graph, its gather and scatter crossing PCIe) or plain host memory (the
+// host-memory graph). Medians of Run's wall time and of the piece's GPU time (events around
+// the launch); device_io_chunk_rows as given.
+struct LonePiece {
+  double run_us = 0, gpu_us = 0;
+};
+LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iterations) {
+  constexpr int kSequences = 256;  // 537 MB of K/V rotated: far more than L2
+  ModelShape shape;
+  shape.num_layers = 1;
+  shape.num_q_heads = 32;
+  shape.num_kv_heads = 8;
+  shape.head_dim = 128;
+  shape.block_size = 16;
+  shape.max_context = kContext + (iterations + 20) * batch / kSequences + 64;
+  runtime::CudaExecutorOptions co;
+  co.shape = shape;
+  co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
+  co.max_batch_size = batch;
+  co.record_timings = true;
+  co.offer_staging_memory = true;
+  co.device_io_chunk_rows = chunk_rows;
+  auto ex = runtime::CreateCudaExecutor(co);
+  if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
+  PrefillSequences(**ex, shape, kSequences);
+  const std::size_t qn = std::size_t(shape.num_q_heads) * shape.head_dim;
+  const std::size_t kvn = shape.kv_token_elems();
+  const std::size_t row = 2 * qn + 2 * kvn + 2 * shape.num_q_heads;  // [q][k][v][out][lse] halves
+  Half* rows = nullptr;
+  std::vector<Half> heap;
+  if (staged) {
+    rows = static_cast<Half*>((*ex)->staging_memory()->Allocate(row * batch * sizeof(Half)));
+    if (rows == nullptr) Die("staging memory: could not allocate the lone piece's rows");
+  } else {
+    heap.resize(row * batch);
+    rows = heap.data();
+  }
+  testing::NormalRng rng(5);
+  testing::FillNormal(std::span<Half>(rows, row * batch), rng);
+  std::vector<double> run_us, gpu_us;
+  for (int i = 0; i < iterations + 20; ++i) {
+    runtime::Batch b;
+    b.requests.resize(batch);
+    for (int r = 0; r < batch; ++r) {
+      runtime::BatchRequest& req = b.requests[r];
+      Half* at = rows + std::size_t(r) * row;
+      req.sequence_id = static_cast<SequenceId>((std::size_t(i) * batch + r) % kSequences);
+      req.layer = 0;
+      req.memory = staged ? runtime::MemoryKind::kDevice : runtime::MemoryKind::kHost;
+      req.q = at;
+      req.k = at + qn;
+      req.v = at + qn + kvn;
+      req.out = at + qn + 2 * kvn;
+      req.lse = reinterpret_cast<float*>(at + 2 * qn + 2 * kvn);
+    }
+    const Clock::time_point t0 = Clock::now();
+    StatusOr<std::vector<Status>> per = (*ex)->Run(std::move(b));
+    const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!per.ok()) Die("executor Run: " + per.status().ToString());
+    for (const Status& st : *per) {
+      if (!st.ok()) Die("lone piece: " + st.ToString());
+    }
+    double gpu = 0;
+    for (const runtime::PieceTimings& pt : (*ex)->TakeTimings()) gpu += pt.gpu_us;
+    if (i >= 20) {
+      run_us.push_back(t);
+      gpu_us.push_back(gpu);
+    }
+  }
+  for (int r = 0; r < batch; ++r) {  // every row's output written (N(0,1) inputs: |out| < 8)
+    const Half* out = rows + std::size_t(r) * row + qn + 2 * kvn;
+    for (std::size_t e = 0; e < qn; e += 61) {
+      if (!(std::fabs(HalfToFloat(out[e])) < 8.0f)) Die("lone piece: output of row " + std::to_string(r));
+    }
+  }
+  if (staged) (*ex)->staging_memory()->Free(rows);
+  return {Percentile(run_us, 0.5), Percentile(gpu_us, 0.5)};
+}
+
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
 Saturation MeasureSaturation(int batch, double duration_s, Variation variation = {}) {
@@ -1153,6 +1235,21 @@ int Run(const Options& o) {
       }
     }
   }
+  if (o.lone_ab) {
+    // A lone device-memory piece at max batch 128 (the 70%-load runs' pieces), by
+    // device_io_chunk_rows, alternating, twice; a lone host-memory piece beside it.
+    section("lone piece at B=128 through Executor::Run (device_io_chunk_rows A/B)");
+    for (int round = 0; round < 2; ++round) {
+      for (int rows : {0, 32, 16, 64}) {
+        const LonePiece p = MeasureLonePiece(128, true, rows, o.quick ? 100 : 400);
+        std::printf("lone staged piece B=128, chunks of %3d rows: Run p50 %7.1f us, gpu p50 "
+                    "%7.1f us\n", rows, p.run_us, p.gpu_us);
+      }
+      const LonePiece h = MeasureLonePiece(128, false, 0, o.quick ? 100 : 400);
+      std::printf("lone host-memory piece B=128:            Run p50 %7.1f us, gpu p50 %7.1f "
+                  "us\n", h.run_us, h.gpu_us);
+    }
+  }
   if (o.staging_ab) {
     // Where a host-memory request's q/k/v travel: staged once at Submit in mapped pinned
     // memory that the step gathers from, or packed by the batching thread into the step's
@@ -1278,6 +1375,9 @@ int main(int argc, char** argv) {
           "  --staging-ab     also: B=1, host CPU at B=128 and saturation with q/k/v staged in\n"
           "                   mapped memory at Submit or packed into the step's staging\n"
           "                   (stage_in_mapped_memory on / off), alternating, twice\n"
+          "  --lone-ab        also: a lone piece of 128 staged requests through Executor::Run\n"
+          "                   with device-memory chunks of 0 (none), 32, 16 and 64 rows, and a\n"
+          "                   lone host-memory piece, alternating, twice\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
           "                   default: CudaExecutorOptions::num_buffers)\n"
@@ -1305,6 +1405,8 @@ int main(int argc, char** argv) {
       o.chunk_rows = std::atoi(value("--chunk-rows").c_str());
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
+    } else if (a == "--lone-ab") {
+      o.lone_ab = true;
     } else if (a == "--staging-ab") {
       o.staging_ab = true;
     } else if (a == "--sections") {

@@ -313,11 +313,20 @@ Status CudaExecutor::Impl::AddChunkedDeviceGraph(int path, int bucket, int chunk
                                                buffers[PreviousBuffer(buffer)].computed.get()));
   const kernels::DecodeBatchView view = ViewFor(bucket, buffer);
   const BatchIoArgs io = IoArgsFor(bucket, buffer);
+  // The gathers at the device's greatest priority: the block scheduler gives a gather's CTAs
+  // the first SM slots that the running compute frees, so the next chunk's inputs cross PCIe
+  // while this chunk computes rather than after it.
+  int least_priority = 0, greatest_priority = 0;
+  ATTNRT_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  cudaKernelNodeAttrValue urgent{};
+  urgent.priority = greatest_priority;
   cudaGraphNode_t gather = h2d;
   std::vector<cudaGraphNode_t> after{wait};  // what the next compute waits for
   for (int first = 0; first < l.capacity; first += rows) {
     const BatchIoArgs chunk_io = IoRows(io, first, rows);
     ATTNRT_RETURN_IF_ERROR(AddGatherNode(raw, &gather, 1, chunk_io, &gather));
+    ATTNRT_CUDA_RETURN(
+        cudaGraphKernelNodeSetAttribute(gather, cudaKernelNodeAttributePriority, &urgent));
     after.push_back(gather);
     // The chunk's compute, captured into this graph after `after`; its last nodes are what
     // the capture's next node would depend on.
