@@ -21,7 +21,8 @@ pieces, cur, end = [], [], None
 for t0, d, name in rows:
     if cur and t0 - end > 15000:
         pieces.append(cur); cur = []
-    cur.append((t0, d, name)); end = max(end or 0, t0 + d) if cur[:-1] else t0 + d
+    if not cur: end = t0 + d
+    cur.append((t0, d, name)); end = max(end, t0 + d)
 if cur: pieces.append(cur)
 groups = defaultdict(list)
 for p in pieces:
