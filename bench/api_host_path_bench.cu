@@ -948,11 +948,13 @@ struct Saturation {
 // time, nothing else in flight: staged in the executor's mapped staging memory (kDevice: the
 // device-memory graph, its gather and scatter crossing PCIe) or plain host memory (the
 // host-memory graph). Medians of Run's wall time and of the piece's GPU time (events around
-// the launch); device_io_chunk_rows as given.
+// the launch); device_io_chunk_rows as given; `disabled_stages` as
+// CudaExecutor::SetDisabledStagesForBenchmark (what a stage costs, as a difference).
 struct LonePiece {
   double run_us = 0, gpu_us = 0;
 };
-LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iterations) {
+LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iterations,
+                           unsigned disabled_stages = 0) {
   constexpr int kSequences = 256;  // 537 MB of K/V rotated: far more than L2
   ModelShape shape;
   shape.num_layers = 1;
@@ -971,6 +973,7 @@ LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iteration
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   PrefillSequences(**ex, shape, kSequences);
+  (*ex)->SetDisabledStagesForBenchmark(disabled_stages);
   const std::size_t qn = std::size_t(shape.num_q_heads) * shape.head_dim;
   const std::size_t kvn = shape.kv_token_elems();
   const std::size_t row = 2 * qn + 2 * kvn + 2 * shape.num_q_heads;  // [q][k][v][out][lse] halves
@@ -1015,7 +1018,7 @@ LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iteration
       gpu_us.push_back(gpu);
     }
   }
-  for (int r = 0; r < batch; ++r) {  // every row's output written (N(0,1) inputs: |out| < 8)
+  for (int r = 0; r < batch && disabled_stages == 0; ++r) {  // every row's output (|out| < 8)
     const Half* out = rows + std::size_t(r) * row + qn + 2 * kvn;
     for (std::size_t e = 0; e < qn; e += 61) {
       if (!(std::fabs(HalfToFloat(out[e])) < 8.0f)) Die("lone piece: output of row " + std::to_string(r));
@@ -1248,6 +1251,18 @@ int Run(const Options& o) {
       const LonePiece h = MeasureLonePiece(128, false, 0, o.quick ? 100 : 400);
       std::printf("lone host-memory piece B=128:            Run p50 %7.1f us, gpu p50 %7.1f "
                   "us\n", h.run_us, h.gpu_us);
+      // Each side of the lone device-memory piece alone: its PCIe I/O (metadata, gather,
+      // scatter; compute off) and its compute (a host-memory piece with its copies off).
+      using runtime::CudaExecutor;
+      const LonePiece io =
+          MeasureLonePiece(128, true, 0, o.quick ? 100 : 400, CudaExecutor::kStageCompute);
+      std::printf("lone staged piece B=128, compute off:    Run p50 %7.1f us, gpu p50 %7.1f "
+                  "us\n", io.run_us, io.gpu_us);
+      const LonePiece compute = MeasureLonePiece(
+          128, false, 0, o.quick ? 100 : 400,
+          CudaExecutor::kStageH2DInputs | CudaExecutor::kStageD2H);
+      std::printf("lone host-memory piece B=128, copies off: Run p50 %7.1f us, gpu p50 %7.1f "
+                  "us\n", compute.run_us, compute.gpu_us);
     }
   }
   if (o.staging_ab) {
@@ -1424,7 +1439,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(o.b1 || o.host || o.saturation || o.saturation_ab || o.staging_ab)) {
+  if (!(o.b1 || o.host || o.saturation || o.saturation_ab || o.staging_ab || o.lone_ab)) {
     std::fprintf(stderr, "api_host_path_bench: nothing to run (--sections none without an A/B)\n");
     return 2;
   }
