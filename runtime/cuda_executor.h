@@ -94,8 +94,12 @@ struct CudaExecutorOptions {
   // append + decode, and chunk i's scatter the next chunk's, instead of gather, compute and
   // scatter in series for the whole piece. Each chunk runs the plan of the bucket of exactly
   // this capacity (no chunks where there is none, or where it does not divide the bucket).
-  // 0 = one chunk.
-  int device_io_chunk_rows = 32;
+  // 0 = one chunk. H100, a lone piece of 128 staged requests (H32 Hkv8 D128 T~600): GPU time
+  // 174-176 us in chunks of 64 rows, 177-179 in 32, 195-198 in 16, 188-192 in one chunk; its
+  // PCIe I/O alone takes 68 us and its compute 133 (bench/results/
+  // 2026-11-27_h100_device-io-chunks/, r3): smaller chunks lose more to each compute's tail
+  // than they overlap.
+  int device_io_chunk_rows = 64;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.

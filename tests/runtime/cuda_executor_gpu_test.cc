@@ -772,6 +772,12 @@ TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   o.paths = {"gemm"};
   o.num_buffers = 1;
   EXPECT_EQ(CreateCudaExecutor(o).status().code(), StatusCode::kInvalidArgument);
+  o.num_buffers = 2;
+  o.device_io_chunk_rows = -1;
+  const Status chunks = CreateCudaExecutor(o).status();
+  EXPECT_EQ(chunks.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(chunks.ToString().find("device_io_chunk_rows"), std::string::npos)
+      << chunks.ToString();
 }
 
 }  // namespace
