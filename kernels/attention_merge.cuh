@@ -96,13 +96,37 @@ __device__ __forceinline__ void StoreHalves(__half* dst, const float4& acc, Norm
 }
 
 // A row's final result: out_row[d ...] = fp16(acc / l) for the element(s) of Acc (1, 2 or 4
-// consecutive, one store), and lse[row] (natural log) by the thread holding d == 0 where lse is
-// not null.
+// consecutive, one store), and *lse_at (natural log) by the thread holding d == 0 where lse_at
+// is not null.
 template <Normalize kNorm, ScoreUnits kUnits, typename Acc>
-__device__ __forceinline__ void StoreOutput(__half* out_row, float* lse, std::int64_t row, int d,
+__device__ __forceinline__ void StoreOutput(__half* out_row, float* lse_at, int d,
                                             const AttentionState<Acc>& s) {
   StoreHalves(out_row + d, s.acc, Normalizer<kNorm>(s.l));
-  if (d == 0 && lse != nullptr) lse[row] = NaturalLse<kUnits>(s.m, s.l);
+  if (d == 0 && lse_at != nullptr) *lse_at = NaturalLse<kUnits>(s.m, s.l);
+}
+
+// Where a paged-decode kernel reads batch row b's q ([H][D]) and writes q-head row r's output
+// (r = b * H + h) and LSE: the batch's tensors, or the request's own memory
+// (PagedDecodeParams::q_rows / out_rows / lse_rows: requests read and written in place).
+template <int kHeadDim>
+__device__ __forceinline__ const Half* QOfBatchRow(const PagedDecodeParams& p, int batch_row) {
+  if (p.q_rows != nullptr) return reinterpret_cast<const Half*>(p.q_rows[batch_row]);
+  return p.q + static_cast<std::int64_t>(batch_row) * p.num_q_heads * kHeadDim;
+}
+template <int kHeadDim>
+__device__ __forceinline__ __half* OutOfRow(const PagedDecodeParams& p, std::int64_t row) {
+  if (p.out_rows != nullptr) {
+    return reinterpret_cast<__half*>(p.out_rows[row / p.num_q_heads]) +
+           (row % p.num_q_heads) * kHeadDim;
+  }
+  return reinterpret_cast<__half*>(p.out) + row * kHeadDim;
+}
+__device__ __forceinline__ float* LseOfRow(const PagedDecodeParams& p, std::int64_t row) {
+  if (p.lse_rows != nullptr) {
+    float* lse = reinterpret_cast<float*>(p.lse_rows[row / p.num_q_heads]);
+    return lse != nullptr ? lse + row % p.num_q_heads : nullptr;
+  }
+  return p.lse != nullptr ? p.lse + row : nullptr;
 }
 
 // One split's share of a split-KV row for the cross-split merge: the normalised FP32 output and
@@ -122,8 +146,8 @@ __device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std
                                                      int split, int num_splits, int d,
                                                      const AttentionState<float>& s) {
   if (num_splits == 1) {
-    StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(
-        reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
+    StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(OutOfRow<kHeadDim>(p, row),
+                                                       LseOfRow(p, row), d, s);
   } else {
     StorePartial<kHeadDim>(p, row, split, d, s);
   }
@@ -161,8 +185,8 @@ __device__ __forceinline__ void MergeSplitsIfLast(const SplitKvParams& p, int ba
     const AttentionState<float> s = MergeAttentionStates<float>(
         num_splits, [&](int split) { return __ldcg(lse + split); }, [](int) { return 1.0f; },
         [&](int split) { return __ldcg(out + split * kHeadDim); });
-    StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(
-        reinterpret_cast<__half*>(p.out) + row * kHeadDim, p.lse, row, d, s);
+    StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(OutOfRow<kHeadDim>(p, row),
+                                                       LseOfRow(p, row), d, s);
   }
 }
 

@@ -149,6 +149,8 @@ struct DecodeVariant {
   // Padded rows (kv_length 0) are never read or written.
   Status (*run)(const DecodePlan& plan, const DecodeBatchView& batch, const KvPoolView& pools,
                 DecodeWorkspace workspace, const DecodeRunContext& context);
+  // Whether `run` reads DecodeBatchView::q_rows / out_rows / lse_rows (requests in place).
+  bool reads_rows_in_place = false;
 };
 
 // Readies `workspace` for `plan`'s runs: zeroes its first plan.workspace_zero_bytes (enqueued

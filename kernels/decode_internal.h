@@ -197,6 +197,10 @@ struct PagedDecodeParams {
   const Half* q;
   Half* out;
   float* lse;
+  // DecodeBatchView::q_rows / out_rows / lse_rows (null: q, out and lse above).
+  const std::uint64_t* q_rows;
+  const std::uint64_t* out_rows;
+  const std::uint64_t* lse_rows;
   float scale_log2;  // softmax scale * log2(e): scores in log2 units
   // FP8 E4M3 pools only (k and v then hold codes): [2][num_layers][num_kv_heads] scales, K's
   // then V's (ModelShape::kv_scale_index); null for FP16.

@@ -239,9 +239,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   {
     const bool head_ok = g < p.group;
     const std::uint32_t* q_row = reinterpret_cast<const std::uint32_t*>(
-        p.q + (static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group +
-               (head_ok ? g : 0)) *
-                  kHeadDim);
+        QOfBatchRow<kHeadDim>(p, batch_row) + (kv_head * p.group + (head_ok ? g : 0)) * kHeadDim);
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       // FP16: d = 16kk + 2t (+8); FP8: the permuted order, d = t*D/4 + 4kk (+2).

@@ -142,9 +142,8 @@ __global__ void __launch_bounds__(kThreads) SplitKvDecodeKernel(const SplitKvPar
   float q[kGroup][8];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
-    const std::int64_t row =
-        (static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * kGroup + g) * kHeadDim;
-    Half8ToFloat(*reinterpret_cast<const uint4*>(p.q + row + lane_in_row * 8), q[g]);
+    const Half* q_head = QOfBatchRow<kHeadDim>(p, batch_row) + (kv_head * kGroup + g) * kHeadDim;
+    Half8ToFloat(*reinterpret_cast<const uint4*>(q_head + lane_in_row * 8), q[g]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) q[g][e] *= kFp8 ? p.scale_log2 * k_scale : p.scale_log2;
   }

@@ -18,13 +18,13 @@ constexpr SplitKvFamily kSimt = SplitKvFamily::kSimt;
 constexpr SplitKvFamily kTensorCore = SplitKvFamily::kTensorCore;
 
 constexpr std::array<DecodeVariant, 4> kVariants = {{
-    {kSimpleVariantName, SimpleSupports, MaxContextBucket, PlanSimple, RunSimple},
-    {kGemmVariantName, GemmSupports, GemmKvLengthBuckets, PlanGemm, RunGemm},
+    {kSimpleVariantName, SimpleSupports, MaxContextBucket, PlanSimple, RunSimple, false},
+    {kGemmVariantName, GemmSupports, GemmKvLengthBuckets, PlanGemm, RunGemm, false},
     {SplitKvVariantName(kSimt), SplitKvSupports<kSimt>, SplitKvKvLengthBuckets, PlanSplitKvSimt,
-     RunSplitKv<kSimt>},
+     RunSplitKv<kSimt>, true},
     // Either family, as the tuned table says (RunSplitKv launches whichever the plan holds).
     {SplitKvVariantName(kTensorCore), SplitKvSupports<kTensorCore>, SplitKvKvLengthBuckets,
-     PlanSplitKvTuned, RunSplitKv<kTensorCore>},
+     PlanSplitKvTuned, RunSplitKv<kTensorCore>, true},
 }};
 
 // The CUDA-free list of names (variant_names.h) is this table's, in order.
@@ -117,6 +117,19 @@ Status StartRun(const DecodePlan& plan, std::string_view variant, const DecodeBa
     return FailedPreconditionError("the current CUDA device is " + std::to_string(current) +
                                    ", the plan's (plan.device.ordinal) " +
                                    std::to_string(plan.device.ordinal));
+  }
+  const bool in_place = batch.q_rows != nullptr;
+  if (in_place != (batch.out_rows != nullptr) || in_place != (batch.lse_rows != nullptr)) {
+    return InvalidArgumentError("batch.q_rows, batch.out_rows and batch.lse_rows: set all three "
+                                "or none");
+  }
+  if (in_place) {
+    ATTNRT_ASSIGN_OR_RETURN(const DecodeVariant* v, FindDecodeVariant(variant));
+    if (!v->reads_rows_in_place) {
+      return InvalidArgumentError("batch.q_rows is set: the " + std::string(variant) +
+                                  " variant reads q and writes out/lse only at the batch's "
+                                  "tensors (DecodeVariant::reads_rows_in_place)");
+    }
   }
   const bool appends = plan.step == DecodeStep::kAppendAndDecode;
   ATTNRT_RETURN_IF_ERROR(CheckDecodeInputs(plan.shape, plan.capacity, batch, pools, workspace,
@@ -222,12 +235,23 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
   const Pointer pointers[] = {
       {"pools.k", pools.k, 16},         {"pools.v", pools.v, 16},
       {"batch.kv_lengths", batch.kv_lengths, 4}, {"batch.layers", batch.layers, 4},
-      {"batch.block_tables", batch.block_tables, 4}, {"batch.q", batch.q, 16},
-      {"batch.out", batch.out, 16}};
+      {"batch.block_tables", batch.block_tables, 4}};
   for (const Pointer& ptr : pointers) {
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer(ptr.name, ptr.p, ptr.alignment));
   }
-  if (batch.lse != nullptr) ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.lse", batch.lse, 4));
+  if (batch.q_rows != nullptr) {
+    // Requests in place: the address arrays here; the addresses in them are the caller's to
+    // check (the CUDA executor checks them at plan time and their alignment per piece).
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.q_rows", batch.q_rows, 8));
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.out_rows", batch.out_rows, 8));
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.lse_rows", batch.lse_rows, 8));
+  } else {
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.q", batch.q, 16));
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.out", batch.out, 16));
+    if (batch.lse != nullptr) {
+      ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.lse", batch.lse, 4));
+    }
+  }
   if (shape.kv_cache_type != KvCacheType::kFp16) {
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("pools.scales", pools.scales, 4));
   } else if (pools.scales != nullptr) {

@@ -277,8 +277,8 @@ __global__ void __launch_bounds__(kMergeThreads) GemmMergeKernel(MergeParams p) 
         [&](int i) { return i == 0 ? acc[e] : chunk_acc[e]; });
     if constexpr (kFinal) {
       // The softmax's states are log2 units (see GemmSoftmaxKernel); one division per element.
-      StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(p.out + row * p.head_dim, p.lse, row,
-                                                         4 * e, merged);
+      StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(
+          p.out + row * p.head_dim, p.lse != nullptr ? p.lse + row : nullptr, 4 * e, merged);
     } else {
       acc[e] = merged.acc;  // each element read and written by this thread only
     }

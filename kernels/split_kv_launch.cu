@@ -151,6 +151,9 @@ PagedDecodeParams MakePagedDecodeParams(const ModelShape& shape, const DecodeBat
   p.q = batch.q;
   p.out = batch.out;
   p.lse = batch.lse;
+  p.q_rows = batch.q_rows;
+  p.out_rows = batch.out_rows;
+  p.lse_rows = batch.lse_rows;
   p.scale_log2 = batch.scale * kLog2e;
   p.kv_scales = shape.kv_cache_type == KvCacheType::kFp16 ? nullptr : pools.scales;
   p.num_layers = shape.num_layers;

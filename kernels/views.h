@@ -57,6 +57,15 @@ struct DecodeBatchView {
   Half* out = nullptr;          // [capacity][H][D]
   float* lse = nullptr;         // [capacity][H] natural-log LSE of the scaled scores; may be null
   float scale = 1.0f;           // softmax scale
+  // Optional, all three or none: device arrays of `capacity` addresses. Row i's q is then read at
+  // q_rows[i] and its out and LSE written at out_rows[i] and lse_rows[i] (0: no LSE) instead of
+  // at row i of q/out/lse: requests in the caller's device-addressable memory (device memory, or
+  // mapped pinned memory across PCIe) are read and written in place, with no gather or scatter
+  // around the kernels. q and out 16-byte aligned. Only the split-KV variants read them
+  // (DecodeVariant::reads_rows_in_place); the others refuse a view that sets them.
+  const std::uint64_t* q_rows = nullptr;
+  const std::uint64_t* out_rows = nullptr;
+  const std::uint64_t* lse_rows = nullptr;
 };
 
 // Device scratch a decode plan asks for (DecodePlan::workspace_bytes: split-KV partials, the GEMM

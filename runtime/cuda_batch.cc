@@ -38,6 +38,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   const std::size_t kv_bytes = static_cast<std::size_t>(options.shape.kv_token_elems()) * sizeof(Half);
   *any_host = *any_device = false;
   *max_kv_length = 0;
+  piece.device_rows_aligned = true;
 
   // One lock of the sequence table for the piece (the submitting thread plans beside this).
   planner->FillBlockRows(b.batch,
@@ -81,6 +82,7 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
       out_ptrs[j] = reinterpret_cast<std::uint64_t>(r.out);
       lse_ptrs[j] = reinterpret_cast<std::uint64_t>(r.lse);
       *any_device = true;
+      if (((q_ptrs[j] | out_ptrs[j]) & 15u) != 0) piece.device_rows_aligned = false;
     }
   }
   // The q/k/v copies, spread over the pack pool when there are enough bytes to pay for the
@@ -119,7 +121,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
         if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
-        } else if (e.device_only()) {
+        } else if (e.device_only() && (piece.device_rows_aligned || !g.device_in_place)) {
           status = CudaStatus(cudaGraphLaunch(g.device_exec.get(), st),
                               "cudaGraphLaunch(device)", __FILE__, __LINE__);
         } else {

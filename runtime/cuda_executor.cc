@@ -249,9 +249,7 @@ Status CudaExecutor::Impl::Init() {
         report.bucket = options.buckets[b];
         report.path = paths[p].name;
         report.workspace_bytes = paths[p].plans[b].workspace_bytes;
-        if (const int chunk_bucket = ChunkBucket(p, b); chunk_bucket >= 0) {
-          report.device_io_chunks = options.buckets[b] / options.buckets[chunk_bucket];
-        }
+        report.device_io_chunks = options.buckets[b] / options.buckets[ChunkBucket(p, b)];
         std::size_t free_before = 0, free_after = 0, total = 0;
         ATTNRT_CUDA_RETURN(cudaMemGetInfo(&free_before, &total));
         const Clock::time_point t0 = Clock::now();

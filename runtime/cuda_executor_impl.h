@@ -21,10 +21,12 @@
 //     -> [captured: append-KV -> decode path] -> scatter (device-memory requests)
 //     -> D2H memcpy (out + lse, for host-memory requests)
 //
-// followed by an event the completion thread waits on. A piece of host-memory requests only,
-// or of device-memory requests only, runs a lean copy of that graph holding just its nodes
-// (LeanGraph); a mixed piece runs the full graph with the nodes it does not need disabled
-// (cudaGraphNodeSetEnabled, only when the need changes). No piece re-captures.
+// followed by an event the completion thread waits on. A piece of host-memory requests only
+// runs a lean copy of that graph holding just its nodes (host_exec); one of device-memory
+// requests only, a graph built for them (device_exec: in row chunks, and on the split-KV paths
+// reading q and writing out/lse in place); a mixed piece runs the full graph with the nodes it
+// does not need disabled (cudaGraphNodeSetEnabled, only when the need changes). No piece
+// re-captures.
 #pragma once
 
 #include "runtime/cuda_executor.h"
@@ -146,16 +148,10 @@ struct NodeEnables {
   bool device_only() const { return !h2d_full && device_io && !d2h && compute; }
 };
 
-// The two graphs cloned from a captured step with only the nodes one kind of piece needs.
-enum class LeanGraph {
-  kHostMemory,    // H2D (metadata + q/k/v) -> append + decode -> D2H
-  kDeviceMemory,  // H2D (metadata) -> gather -> append + decode -> scatter
-};
-
 // A (path, bucket, pipeline buffer)'s graphs. `exec` holds every optional node (toggled per
 // piece through `enabled`: mixed pieces and the benchmark's disabled stages); `host_exec` and
 // `device_exec` only what a piece of host-memory or of device-memory requests needs
-// (LeanGraph): no disabled nodes on their launch path (H100, B=1: the general graph with its
+// (AddHostGraph, AddDeviceGraph): no disabled nodes on their launch path (H100, B=1: the general graph with its
 // three disabled nodes launched slower than the same work eager). In buckets whose staging is
 // at most kernel_copy_max_bytes each way their pinned <-> device copies are copy kernels, not
 // memcpy nodes (B=1: 26 vs 35 us per executor step).
@@ -168,6 +164,9 @@ struct CapturedGraph {
   GraphExec device_exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
                   d2h = nullptr;
+  // device_exec's step reads q and writes out/lse in the requests' memory (no q gather, no
+  // scatter): for pieces whose rows are aligned for it (Piece::device_rows_aligned).
+  bool device_in_place = false;
   std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
   std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
 };
@@ -207,6 +206,9 @@ struct Piece {
   int bucket_index = 0;
   int path = 0;              // index into Impl::paths
   int first = 0, count = 0;  // range of batch->plan.live
+  // Every kDevice row's q and out 16-byte aligned (Pack): the step may read and write them in
+  // place (CapturedGraph::device_in_place).
+  bool device_rows_aligned = true;
   Status launch_status;
   bool event_recorded = false;
   Clock::time_point launched_at;  // after the launch returned
@@ -383,17 +385,19 @@ struct CudaExecutor::Impl {
   kernels::DecodeWorkspace WorkspaceFor(const kernels::DecodePlan& plan) const;
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
-  // From a clone of the captured compute graph: the LeanGraph of `kind`.
-  Status AddLeanGraph(cudaGraph_t compute, int bucket, int buffer, LeanGraph kind, Graph* graph,
-                      GraphExec* exec);
+  // From a clone of the captured compute graph, the host-memory graph: H2D (metadata + q/k/v)
+  // -> append + decode -> D2H.
+  Status AddHostGraph(cudaGraph_t compute, int bucket, int buffer, Graph* graph, GraphExec* exec);
   // The bucket whose plan runs each row chunk of `bucket`'s device-memory graph
-  // (CudaExecutorOptions::device_io_chunk_rows), or -1: one chunk.
+  // (CudaExecutorOptions::device_io_chunk_rows): `bucket` itself for one chunk.
   int ChunkBucket(int path, int bucket) const;
   // The device-memory graph of `bucket` in chunks of `chunk_bucket`'s capacity: metadata H2D,
   // then per chunk gather -> append + decode -> scatter, the gathers in a chain and the
   // computes in a chain, so chunk i+1's gather and chunk i's scatter overlap the computes.
-  Status AddChunkedDeviceGraph(int path, int bucket, int chunk_bucket, int buffer, Graph* graph,
-                               GraphExec* exec);
+  // With `in_place` (a path that reads requests in place) the gathers copy k/v only and the
+  // step reads q and writes out/lse in the requests' memory: no scatter.
+  Status AddDeviceGraph(int path, int bucket, int chunk_bucket, int buffer, bool in_place,
+                        Graph* graph, GraphExec* exec);
   // Whether a lean graph moving `in_bytes` to the device and `out_bytes` back copies with
   // kernels (kernel_copy_max_bytes) instead of memcpy nodes.
   bool CopiesByKernel(std::size_t in_bytes, std::size_t out_bytes) const {

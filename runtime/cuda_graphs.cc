@@ -110,6 +110,17 @@ StatusOr<GraphShape> ShapeOf(cudaGraph_t graph) {
   return shape;
 }
 
+// A copy between pinned staging and its device mirror: a copy kernel (`by_kernel`:
+// CudaExecutor::Impl::CopiesByKernel) or a memcpy node.
+Status AddStagingCopy(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                      void* to, const void* from, std::size_t bytes, bool by_kernel,
+                      cudaMemcpyKind direction, cudaGraphNode_t* node) {
+  if (by_kernel) return kernels::AddCopyNode(graph, deps, num_deps, from, to, bytes, node);
+  ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(node, graph, deps, num_deps, to, from, bytes,
+                                              direction));
+  return Status::Ok();
+}
+
 }  // namespace
 
 // The same work as one replay, launched op by op (eager mode and warm-up).
@@ -148,15 +159,10 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_RETURN_IF_ERROR(enqueued);
   ATTNRT_CUDA_RETURN(ended);
   cudaGraph_t graph = g->graph.get();
-  ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kHostMemory,
-                                      &g->host_graph, &g->host_exec));
-  if (const int chunk_bucket = ChunkBucket(path, bucket); chunk_bucket >= 0) {
-    ATTNRT_RETURN_IF_ERROR(AddChunkedDeviceGraph(path, bucket, chunk_bucket, buffer,
-                                                 &g->device_graph, &g->device_exec));
-  } else {
-    ATTNRT_RETURN_IF_ERROR(AddLeanGraph(graph, bucket, buffer, LeanGraph::kDeviceMemory,
-                                        &g->device_graph, &g->device_exec));
-  }
+  ATTNRT_RETURN_IF_ERROR(AddHostGraph(graph, bucket, buffer, &g->host_graph, &g->host_exec));
+  g->device_in_place = paths[path].variant->reads_rows_in_place;
+  ATTNRT_RETURN_IF_ERROR(AddDeviceGraph(path, bucket, ChunkBucket(path, bucket), buffer,
+                                        g->device_in_place, &g->device_graph, &g->device_exec));
 
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
   ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(graph, shape.roots, shape.leaves, buffer));
@@ -191,8 +197,8 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   return Status::Ok();
 }
 
-Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buffer,
-                                        LeanGraph kind, Graph* graph, GraphExec* exec) {
+Status CudaExecutor::Impl::AddHostGraph(cudaGraph_t compute, int bucket, int buffer,
+                                        Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
   cudaGraph_t raw = nullptr;
@@ -200,38 +206,19 @@ Status CudaExecutor::Impl::AddLeanGraph(cudaGraph_t compute, int bucket, int buf
   *graph = Graph::Adopt(raw);
   ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
   ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(raw, shape.roots, shape.leaves, buffer));
-  const bool host = kind == LeanGraph::kHostMemory;
-  const std::size_t in_bytes = host ? l.in_bytes : l.meta_bytes;
-  // A copy between pinned staging and its device mirror: a copy kernel where both directions
-  // are small, else a memcpy node.
-  const bool kernel_copies = CopiesByKernel(in_bytes, host ? l.out_bytes : 0);
-  auto add_copy = [&](const cudaGraphNode_t* deps, std::size_t num_deps, void* to,
-                      const void* from, std::size_t bytes, cudaMemcpyKind direction,
-                      cudaGraphNode_t* node) -> Status {
-    if (kernel_copies) return kernels::AddCopyNode(raw, deps, num_deps, from, to, bytes, node);
-    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(node, raw, deps, num_deps, to, from, bytes,
-                                                direction));
-    return Status::Ok();
-  };
-  cudaGraphNode_t h2d = nullptr;
-  ATTNRT_RETURN_IF_ERROR(add_copy(nullptr, 0, buf.dev_in.data(), buf.in.data(), in_bytes,
-                                  cudaMemcpyHostToDevice, &h2d));
-  cudaGraphNode_t before_compute = h2d;
-  const BatchIoArgs io = IoArgsFor(bucket, buffer);
-  if (!host) ATTNRT_RETURN_IF_ERROR(AddGatherNode(raw, &h2d, 1, io, &before_compute));
+  cudaGraphNode_t h2d = nullptr, d2h = nullptr;
+  ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
+                                        l.in_bytes, CopiesByKernel(l.in_bytes, l.out_bytes),
+                                        cudaMemcpyHostToDevice, &h2d));
   for (cudaGraphNode_t root : shape.roots) {
-    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &before_compute, &root, nullptr, 1));
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &root, nullptr, 1));
   }
   std::vector<cudaGraphNode_t>& leaves = shape.leaves;
-  if (leaves.empty()) leaves.push_back(before_compute);  // (no compute node: the copies in order)
-  cudaGraphNode_t last = nullptr;
-  if (host) {
-    ATTNRT_RETURN_IF_ERROR(add_copy(leaves.data(), leaves.size(), buf.out.data(),
-                                    buf.dev_out.data(), l.out_bytes, cudaMemcpyDeviceToHost,
-                                    &last));
-  } else {
-    ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, leaves.data(), leaves.size(), io, &last));
-  }
+  if (leaves.empty()) leaves.push_back(h2d);  // (no compute node: the copies in order)
+  ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, leaves.data(), leaves.size(), buf.out.data(),
+                                        buf.dev_out.data(), l.out_bytes,
+                                        CopiesByKernel(l.in_bytes, l.out_bytes),
+                                        cudaMemcpyDeviceToHost, &d2h));
   ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), buf.stream.get()));
   return Status::Ok();
@@ -253,6 +240,11 @@ kernels::DecodeBatchView ViewRows(kernels::DecodeBatchView v, const ModelShape& 
   v.v_new += kv;
   v.out += q;
   if (v.lse != nullptr) v.lse += static_cast<std::int64_t>(first) * v.num_q_heads;
+  if (v.q_rows != nullptr) {
+    v.q_rows += first;
+    v.out_rows += first;
+    v.lse_rows += first;
+  }
   return v;
 }
 
@@ -279,18 +271,18 @@ BatchIoArgs IoRows(BatchIoArgs a, int first, int rows) {
 int CudaExecutor::Impl::ChunkBucket(int path, int bucket) const {
   const int rows = options.device_io_chunk_rows;
   const int capacity = options.buckets[bucket];
-  if (rows <= 0 || capacity < 2 * rows || capacity % rows != 0) return -1;
+  if (rows <= 0 || capacity < 2 * rows || capacity % rows != 0) return bucket;
   for (int b = 0; b < num_buckets(); ++b) {
     if (options.buckets[b] == rows &&
         runnable[static_cast<std::size_t>(path) * num_buckets() + b]) {
       return b;
     }
   }
-  return -1;
+  return bucket;
 }
 
-Status CudaExecutor::Impl::AddChunkedDeviceGraph(int path, int bucket, int chunk_bucket,
-                                                 int buffer, Graph* graph, GraphExec* exec) {
+Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int chunk_bucket, int buffer,
+                                          bool in_place, Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
   const DecodePath& p = paths[path];
@@ -301,18 +293,19 @@ Status CudaExecutor::Impl::AddChunkedDeviceGraph(int path, int bucket, int chunk
   *graph = Graph::Adopt(raw);
 
   cudaGraphNode_t h2d = nullptr, wait = nullptr, record = nullptr;
-  if (CopiesByKernel(l.meta_bytes, 0)) {
-    ATTNRT_RETURN_IF_ERROR(kernels::AddCopyNode(raw, nullptr, 0, buf.in.data(),
-                                                buf.dev_in.data(), l.meta_bytes, &h2d));
-  } else {
-    ATTNRT_CUDA_RETURN(cudaGraphAddMemcpyNode1D(&h2d, raw, nullptr, 0, buf.dev_in.data(),
-                                                buf.in.data(), l.meta_bytes,
-                                                cudaMemcpyHostToDevice));
-  }
+  ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
+                                        l.meta_bytes, CopiesByKernel(l.meta_bytes, 0),
+                                        cudaMemcpyHostToDevice, &h2d));
   ATTNRT_CUDA_RETURN(cudaGraphAddEventWaitNode(&wait, raw, nullptr, 0,
                                                buffers[PreviousBuffer(buffer)].computed.get()));
-  const kernels::DecodeBatchView view = ViewFor(bucket, buffer);
-  const BatchIoArgs io = IoArgsFor(bucket, buffer);
+  kernels::DecodeBatchView view = ViewFor(bucket, buffer);
+  BatchIoArgs io = IoArgsFor(bucket, buffer);
+  if (in_place) {
+    view.q_rows = io.q_ptrs;
+    view.out_rows = io.out_ptrs;
+    view.lse_rows = io.lse_ptrs;
+    io.kv_only = 1;
+  }
   // The gathers at the device's greatest priority: the block scheduler gives a gather's CTAs
   // the first SM slots that the running compute frees, so the next chunk's inputs cross PCIe
   // while this chunk computes rather than after it.
@@ -350,8 +343,10 @@ Status CudaExecutor::Impl::AddChunkedDeviceGraph(int path, int bucket, int chunk
     ATTNRT_CUDA_RETURN(info);
     ATTNRT_CUDA_RETURN(end);
     if (!leaves.empty()) after = std::move(leaves);  // (nothing captured: the same deps)
-    cudaGraphNode_t scatter = nullptr;
-    ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, after.data(), after.size(), chunk_io, &scatter));
+    if (!in_place) {
+      cudaGraphNode_t scatter = nullptr;
+      ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, after.data(), after.size(), chunk_io, &scatter));
+    }
   }
   ATTNRT_CUDA_RETURN(cudaGraphAddEventRecordNode(&record, raw, after.data(), after.size(),
                                                  buf.computed.get()));

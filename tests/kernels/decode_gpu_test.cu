@@ -386,6 +386,99 @@ TEST_P(DecodeEdgeTest, UnsupportedShapesAndBadViewsAreRefusedAndWriteNothing) {
       << "a refused run appended";
 }
 
+// Requests read and written in place (DecodeBatchView::q_rows / out_rows / lse_rows): each row's
+// q, out and LSE in its own device allocation, stored in reverse row order, one row without an
+// LSE, padding and split rows among them. The split-KV variants match the reference there and
+// leave the batch's out/lse tensors alone; the others refuse the view naming batch.q_rows; a
+// view that sets only some of the three is refused by every variant.
+TEST_P(DecodeEdgeTest, RowsInPlaceMatchOrAreRefused) {
+  SKIP_WITHOUT_GPU();
+  const DecodeVariant& v = variant();
+  const ModelShape shape = DecodeShape(16, 4, 128, 16, 2, 8192);
+  const std::vector<int> lengths = {1, 4097, 0, 300, 16, 7000, 33};
+  PagedBatch host = MakePagedBatch(shape, lengths, {.seed = 31, .capacity = 9});
+  DevicePagedBatch dev;
+  ASSERT_OK(dev.Upload(host));
+  const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  const StatusOr<DecodePlan> plan =
+      v.plan({shape, host.capacity, 0, DecodeStep::kAppendAndDecode, *device});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  CaseCublas cublas;
+  ASSERT_OK(cublas.CreateFor(*plan));
+  DeviceArray<char> ws_storage;
+  DecodeWorkspace ws;
+  ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
+
+  // Row i's q/out/lse at slot capacity-1-i of their own arrays; out and lse poisoned.
+  const int rows = host.capacity;
+  const std::size_t qn = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
+  const std::size_t hn = static_cast<std::size_t>(shape.num_q_heads);
+  std::vector<Half> q_rev(host.q.size());
+  for (int i = 0; i < rows; ++i) {
+    std::copy_n(host.q.begin() + i * qn, qn, q_rev.begin() + (rows - 1 - i) * qn);
+  }
+  DeviceArray<Half> q_rows, out_rows;
+  DeviceArray<float> lse_rows;
+  ASSERT_OK(q_rows.Upload(q_rev));
+  ASSERT_OK(out_rows.Upload(host.out));  // poisoned, as the batch's own out
+  ASSERT_OK(lse_rows.Upload(host.lse));
+  constexpr int kNoLse = 3;  // a live row that asks for no LSE
+  std::vector<std::uint64_t> q_at(rows), out_at(rows), lse_at(rows);
+  for (int i = 0; i < rows; ++i) {
+    const int slot = rows - 1 - i;
+    q_at[i] = reinterpret_cast<std::uint64_t>(q_rows.get() + slot * qn);
+    out_at[i] = reinterpret_cast<std::uint64_t>(out_rows.get() + slot * qn);
+    lse_at[i] = i == kNoLse ? 0 : reinterpret_cast<std::uint64_t>(lse_rows.get() + slot * hn);
+  }
+  DeviceArray<std::uint64_t> q_addr, out_addr, lse_addr;
+  ASSERT_OK(q_addr.Upload(q_at));
+  ASSERT_OK(out_addr.Upload(out_at));
+  ASSERT_OK(lse_addr.Upload(lse_at));
+  DecodeBatchView view = dev.view();
+  view.q = dev.out.get();  // never read in place (the right values live only in q_rows)
+  view.q_rows = q_addr.get();
+  view.out_rows = out_addr.get();
+  view.lse_rows = lse_addr.get();
+
+  DecodeBatchView partial = view;
+  partial.lse_rows = nullptr;
+  const Status refused_partial = v.run(*plan, partial, dev.pools(), ws, {nullptr, cublas.get()});
+  EXPECT_EQ(refused_partial.code(), StatusCode::kInvalidArgument) << refused_partial.ToString();
+  EXPECT_NE(refused_partial.message().find("batch.lse_rows"), std::string::npos)
+      << refused_partial.ToString();
+
+  const Status ran = v.run(*plan, view, dev.pools(), ws, {nullptr, cublas.get()});
+  ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
+  std::vector<Half> batch_out(host.out.size());
+  ASSERT_OK(dev.out.Download(batch_out));
+  EXPECT_TRUE(std::all_of(batch_out.begin(), batch_out.end(), testing::IsNaN))
+      << "the batch's out tensor was written";
+  if (!v.reads_rows_in_place) {
+    EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument) << ran.ToString();
+    EXPECT_NE(ran.message().find("batch.q_rows"), std::string::npos) << ran.ToString();
+    return;
+  }
+  ASSERT_OK(ran);
+  std::vector<Half> out_rev(host.out.size()), out(host.out.size());
+  std::vector<float> lse_rev(host.lse.size()), lse(host.lse.size());
+  ASSERT_OK(out_rows.Download(out_rev));
+  ASSERT_OK(lse_rows.Download(lse_rev));
+  for (int i = 0; i < rows; ++i) {
+    std::copy_n(out_rev.begin() + (rows - 1 - i) * qn, qn, out.begin() + i * qn);
+    std::copy_n(lse_rev.begin() + (rows - 1 - i) * hn, hn, lse.begin() + i * hn);
+  }
+  // Row kNoLse had no address: its slot keeps the poison.
+  EXPECT_TRUE(std::all_of(lse.begin() + kNoLse * hn, lse.begin() + (kNoLse + 1) * hn,
+                          [](float x) { return std::isnan(x); }))
+      << "a row without an LSE address had one written";
+  ReferenceAppendKv(host.view(), host.pools());
+  std::vector<float> ref_out(host.out.size());
+  ReferenceDecode(host.view(), host.pools(), ReferencePrecision::kFloat64, ref_out.data());
+  std::copy_n(host.lse.begin() + kNoLse * hn, hn, lse.begin() + kNoLse * hn);  // not compared
+  testing::ExpectOutputMatchesReference(host, out, lse, ref_out, host.lse, std::string(v.name));
+}
+
 // A plan is fixed when made: the same request gives the same decisions, so every graph captured
 // from its runs launches the same grids.
 TEST_P(DecodeEdgeTest, PlansAreDeterministic) {
