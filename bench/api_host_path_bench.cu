@@ -75,7 +75,6 @@ struct Options {
   bool lone_ab = false;  // --lone-ab
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
-  int chunk_rows = runtime::CudaExecutorOptions{}.device_io_chunk_rows;  // ... and this
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -443,7 +442,6 @@ struct Variation {
   bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
   int pack_threads = -1;  // CudaExecutorOptions of the saturation executors (not the Runtime rows)
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
-  int chunk_rows = runtime::CudaExecutorOptions{}.device_io_chunk_rows;  // likewise
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
@@ -459,7 +457,6 @@ struct Variation {
 Variation ForSaturation(const Options& o, Variation v) {
   v.pack_threads = o.pack_threads;
   v.buffers = o.buffers;
-  v.chunk_rows = o.chunk_rows;
   return v;
 }
 
@@ -948,12 +945,12 @@ struct Saturation {
 // time, nothing else in flight: staged in the executor's mapped staging memory (kDevice: the
 // device-memory graph, its gather and scatter crossing PCIe) or plain host memory (the
 // host-memory graph). Medians of Run's wall time and of the piece's GPU time (events around
-// the launch); device_io_chunk_rows as given; `disabled_stages` as
+// the launch); `disabled_stages` as
 // CudaExecutor::SetDisabledStagesForBenchmark (what a stage costs, as a difference).
 struct LonePiece {
   double run_us = 0, gpu_us = 0;
 };
-LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iterations,
+LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
                            unsigned disabled_stages = 0) {
   constexpr int kSequences = 256;  // 537 MB of K/V rotated: far more than L2
   ModelShape shape;
@@ -969,7 +966,6 @@ LonePiece MeasureLonePiece(int batch, bool staged, int chunk_rows, int iteration
   co.max_batch_size = batch;
   co.record_timings = true;
   co.offer_staging_memory = true;
-  co.device_io_chunk_rows = chunk_rows;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   PrefillSequences(**ex, shape, kSequences);
@@ -1048,7 +1044,6 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   co.sleep_through_steps = variation.sleep_through_steps;
   co.pack_threads = variation.pack_threads;
   co.num_buffers = variation.buffers;
-  co.device_io_chunk_rows = variation.chunk_rows;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
@@ -1063,10 +1058,8 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   };
   reset();
   (void)(*ex)->TakeTimings();
-  std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, "
-              "device-memory chunks of %d rows\n",
-              kSequences, kContext, variation.pack_threads, variation.buffers,
-              variation.chunk_rows);
+  std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d\n", kSequences,
+              kContext, variation.pack_threads, variation.buffers);
   // The better of two closed-loop runs (each from the same lengths): a stricter denominator,
   // steadier on a shared host than one run, which a stall on the submitting thread lowers.
   auto capacity_watchdog = WatchRun("capacity runs", 2 * duration_s + 60);
@@ -1239,28 +1232,25 @@ int Run(const Options& o) {
     }
   }
   if (o.lone_ab) {
-    // A lone device-memory piece at max batch 128 (the 70%-load runs' pieces), by
-    // device_io_chunk_rows, alternating, twice; a lone host-memory piece beside it.
-    section("lone piece at B=128 through Executor::Run (device_io_chunk_rows A/B)");
+    // A lone device-memory piece at max batch 128 (the 70%-load runs' pieces), a lone
+    // host-memory piece, and each side of the device-memory piece alone: its PCIe I/O
+    // (metadata, gather, scatter: compute off) and its compute (a host-memory piece with its
+    // copies off). Twice, alternating.
+    section("lone piece at B=128 through Executor::Run");
+    using runtime::CudaExecutor;
+    const int n = o.quick ? 100 : 400;
     for (int round = 0; round < 2; ++round) {
-      for (int rows : {0, 32, 16, 64}) {
-        const LonePiece p = MeasureLonePiece(128, true, rows, o.quick ? 100 : 400);
-        std::printf("lone staged piece B=128, chunks of %3d rows: Run p50 %7.1f us, gpu p50 "
-                    "%7.1f us\n", rows, p.run_us, p.gpu_us);
-      }
-      const LonePiece h = MeasureLonePiece(128, false, 0, o.quick ? 100 : 400);
-      std::printf("lone host-memory piece B=128:            Run p50 %7.1f us, gpu p50 %7.1f "
+      const LonePiece staged = MeasureLonePiece(128, true, n);
+      std::printf("lone staged piece B=128:                  Run p50 %7.1f us, gpu p50 %7.1f "
+                  "us\n", staged.run_us, staged.gpu_us);
+      const LonePiece h = MeasureLonePiece(128, false, n);
+      std::printf("lone host-memory piece B=128:             Run p50 %7.1f us, gpu p50 %7.1f "
                   "us\n", h.run_us, h.gpu_us);
-      // Each side of the lone device-memory piece alone: its PCIe I/O (metadata, gather,
-      // scatter; compute off) and its compute (a host-memory piece with its copies off).
-      using runtime::CudaExecutor;
-      const LonePiece io =
-          MeasureLonePiece(128, true, 0, o.quick ? 100 : 400, CudaExecutor::kStageCompute);
-      std::printf("lone staged piece B=128, compute off:    Run p50 %7.1f us, gpu p50 %7.1f "
+      const LonePiece io = MeasureLonePiece(128, true, n, CudaExecutor::kStageCompute);
+      std::printf("lone staged piece B=128, compute off:     Run p50 %7.1f us, gpu p50 %7.1f "
                   "us\n", io.run_us, io.gpu_us);
-      const LonePiece compute = MeasureLonePiece(
-          128, false, 0, o.quick ? 100 : 400,
-          CudaExecutor::kStageH2DInputs | CudaExecutor::kStageD2H);
+      const LonePiece compute =
+          MeasureLonePiece(128, false, n, CudaExecutor::kStageH2DInputs | CudaExecutor::kStageD2H);
       std::printf("lone host-memory piece B=128, copies off: Run p50 %7.1f us, gpu p50 %7.1f "
                   "us\n", compute.run_us, compute.gpu_us);
     }
@@ -1390,14 +1380,12 @@ int main(int argc, char** argv) {
           "  --staging-ab     also: B=1, host CPU at B=128 and saturation with q/k/v staged in\n"
           "                   mapped memory at Submit or packed into the step's staging\n"
           "                   (stage_in_mapped_memory on / off), alternating, twice\n"
-          "  --lone-ab        also: a lone piece of 128 staged requests through Executor::Run\n"
-          "                   with device-memory chunks of 0 (none), 32, 16 and 64 rows, and a\n"
-          "                   lone host-memory piece, alternating, twice\n"
+          "  --lone-ab        also: a lone piece of 128 staged requests through Executor::Run, a\n"
+          "                   lone host-memory piece, and each side of the staged one alone\n"
+          "                   (compute off; copies off), twice\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
-          "                   default: CudaExecutorOptions::num_buffers)\n"
-          "  --chunk-rows N   the saturation executors' device_io_chunk_rows (device-memory\n"
-          "                   pieces in row chunks; 0: one chunk; default: the option's)\n");
+          "                   default: CudaExecutorOptions::num_buffers)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -1416,8 +1404,6 @@ int main(int argc, char** argv) {
       o.pack_threads = std::atoi(value("--pack-threads").c_str());
     } else if (a == "--buffers") {
       o.buffers = std::atoi(value("--buffers").c_str());
-    } else if (a == "--chunk-rows") {
-      o.chunk_rows = std::atoi(value("--chunk-rows").c_str());
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
     } else if (a == "--lone-ab") {

@@ -82,23 +82,27 @@ struct CudaExecutorOptions {
   // B=32 copy. Spinning costs a core per helper only while large host-memory pieces keep coming.
   std::chrono::microseconds pack_spin{250};
   // Offer staging_memory() (pinned, mapped host memory): a scheduler stages requests in it and
-  // submits them as kDevice, so no q/k/v/out copy runs on the host; the graph's gather and
-  // scatter kernels cross PCIe instead. The Runtime turns it on (RuntimeOptions::
-  // stage_in_mapped_memory; H100: half the runtime's CPU per request, a shorter step at 70%
-  // load: bench/results/2026-11-26_h100_staged-requests/). Off for a bare executor, whose
-  // callers stage their own requests.
+  // submits them as kDevice, so no q/k/v/out copy runs on the host: the step reads and writes
+  // them across PCIe. The Runtime turns it on (RuntimeOptions::stage_in_mapped_memory; H100:
+  // half the runtime's CPU per request, a shorter step at 70% load:
+  // bench/results/2026-11-26_h100_staged-requests/). Off for a bare executor, whose callers
+  // stage their own requests.
   bool offer_staging_memory = false;
-  // Device-memory pieces (only kDevice requests: the graph's gather reads their q/k/v across
-  // PCIe or from device memory, its scatter writes out/lse back) of buckets of at least twice
-  // this many rows run in chunks of this many rows: chunk i+1's gather overlaps chunk i's
-  // append + decode, and chunk i's scatter the next chunk's, instead of gather, compute and
-  // scatter in series for the whole piece. Each chunk runs the plan of the bucket of exactly
-  // this capacity (no chunks where there is none, or where it does not divide the bucket).
-  // 0 = one chunk. H100, a lone piece of 128 staged requests (H32 Hkv8 D128 T~600): GPU time
-  // 174-176 us in chunks of 64 rows, 177-179 in 32, 195-198 in 16, 188-192 in one chunk; its
-  // PCIe I/O alone takes 68 us and its compute 133 (bench/results/
-  // 2026-11-27_h100_device-io-chunks/, r3): smaller chunks lose more to each compute's tail
-  // than they overlap.
+  // Pieces of device-memory requests only (kDevice: device memory, or staging_memory()) run a
+  // graph of their own. On the split-KV paths its decode kernel reads each request's q and
+  // writes its out/lse in place (kernels::DecodeBatchView::q_rows), after a gather of the new
+  // k/v only (H100, a lone piece of 128 staged requests, H32 Hkv8 D128 T~600: GPU 133-135 us,
+  // the same as its compute alone, against 176-177 with a gather of q/k/v before the step and a
+  // scatter of out/lse after it; bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
+  // with a request not 16-byte aligned take the general graph (gather and scatter).
+  // On the other paths (simple, GEMM), which gather q/k/v and scatter out/lse, buckets of at
+  // least twice this many rows run in chunks of this many rows: chunk i+1's gather overlaps
+  // chunk i's append + decode, and chunk i's scatter the next chunk's, instead of gather,
+  // compute and scatter in series for the whole piece. Each chunk runs the plan of the bucket of
+  // exactly this capacity (no chunks where there is none, or where it does not divide the
+  // bucket). 0 = one chunk. H100, the lone piece above through the gather path: GPU 174-177 us
+  // in chunks of 64 rows, 177-191 in 32, 194-198 in 16, 187-192 in one chunk (r3, r5): smaller
+  // chunks lose more to each compute's tail than they overlap.
   int device_io_chunk_rows = 64;
 };
 

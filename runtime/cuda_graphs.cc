@@ -269,6 +269,10 @@ BatchIoArgs IoRows(BatchIoArgs a, int first, int rows) {
 }  // namespace
 
 int CudaExecutor::Impl::ChunkBucket(int path, int bucket) const {
+  // A path that reads its requests in place has no gather or scatter to overlap: chunks would
+  // only add each compute's tail (H100, lone B=128 piece: 133-135 us in one, 155-160 in chunks
+  // of 64 rows; bench/results/2026-11-27_h100_device-io-chunks/, r6).
+  if (paths[path].variant->reads_rows_in_place) return bucket;
   const int rows = options.device_io_chunk_rows;
   const int capacity = options.buckets[bucket];
   if (rows <= 0 || capacity < 2 * rows || capacity % rows != 0) return bucket;
