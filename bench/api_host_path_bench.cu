@@ -950,16 +950,21 @@ struct Saturation {
 struct LonePiece {
   double run_us = 0, gpu_us = 0;
 };
-LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
-                           unsigned disabled_stages = 0) {
-  constexpr int kSequences = 256;  // 537 MB of K/V rotated: far more than L2
+// The model of the lone-piece and saturation rows: H32 Hkv8 D128, one layer, blocks of 16.
+ModelShape LoadShape(int max_context) {
   ModelShape shape;
   shape.num_layers = 1;
   shape.num_q_heads = 32;
   shape.num_kv_heads = 8;
   shape.head_dim = 128;
   shape.block_size = 16;
-  shape.max_context = kContext + (iterations + 20) * batch / kSequences + 64;
+  shape.max_context = max_context;
+  return shape;
+}
+LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
+                           unsigned disabled_stages = 0) {
+  constexpr int kSequences = 256;  // 537 MB of K/V rotated: far more than L2
+  const ModelShape shape = LoadShape(kContext + (iterations + 20) * batch / kSequences + 64);
   runtime::CudaExecutorOptions co;
   co.shape = shape;
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
@@ -1028,14 +1033,9 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
 // p99 at 70% load against window + 2 steps.
 Saturation MeasureSaturation(int batch, double duration_s, Variation variation = {}) {
   constexpr int kWindowUs = 200, kSequences = 1024;
-  ModelShape shape;
-  shape.num_layers = 1;
-  shape.num_q_heads = 32;
-  shape.num_kv_heads = 8;
-  shape.head_dim = 128;
-  shape.block_size = 16;
   // Room for the growth of one run (each starts again at kContext) at up to 3 M requests/s.
-  shape.max_context = kContext + static_cast<int>(3 * 1.0e6 * duration_s / kSequences * 1.5) + 64;
+  const ModelShape shape =
+      LoadShape(kContext + static_cast<int>(3 * 1.0e6 * duration_s / kSequences * 1.5) + 64);
   runtime::CudaExecutorOptions co;
   co.shape = shape;
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
