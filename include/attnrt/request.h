@@ -32,6 +32,9 @@ enum class TensorMemory {
   // serving engine whose model produced q/k/v on the GPU wants. `out` is required (and `lse`
   // when want_lse); every buffer must stay valid, and q/k/v unchanged, until the result is
   // delivered; check_finite does not look at them (the runtime never reads them on the host).
+  // With q and out 16-byte aligned (cudaMalloc'd buffers are) a batch of such requests alone
+  // runs the fastest graph: the decode kernel reads q and writes out/lse where they are;
+  // otherwise they are gathered and scattered around the step (correct, slower).
   kDevice,
 };
 
