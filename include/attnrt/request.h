@@ -33,7 +33,8 @@ enum class TensorMemory {
   // when want_lse); every buffer must stay valid, and q/k/v unchanged, until the result is
   // delivered; check_finite does not look at them (the runtime never reads them on the host).
   // With q and out 16-byte aligned (cudaMalloc'd buffers are) a batch of such requests alone
-  // runs the fastest graph: the decode kernel reads q and writes out/lse where they are;
+  // runs the fastest graph: on the split-KV paths (the default) the decode kernel reads q and
+  // writes out/lse where they are;
   // otherwise they are gathered and scattered around the step (correct, slower).
   kDevice,
 };
