@@ -34,8 +34,8 @@ enum class TensorMemory {
   // delivered; check_finite does not look at them (the runtime never reads them on the host).
   // With q and out 16-byte aligned (cudaMalloc'd buffers are) a batch of such requests alone
   // runs the fastest graph: on the split-KV paths (the default) the decode kernel reads q and
-  // writes out/lse where they are;
-  // otherwise they are gathered and scattered around the step (correct, slower).
+  // writes out/lse where they are; otherwise they are gathered and scattered around the step
+  // (correct, slower).
   kDevice,
 };
 
