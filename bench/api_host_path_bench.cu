@@ -1022,7 +1022,9 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
   for (int r = 0; r < batch && disabled_stages == 0; ++r) {  // every row's output (|out| < 8)
     const Half* out = rows + std::size_t(r) * row + qn + 2 * kvn;
     for (std::size_t e = 0; e < qn; e += 61) {
-      if (!(std::fabs(HalfToFloat(out[e])) < 8.0f)) Die("lone piece: output of row " + std::to_string(r));
+      if (!(std::fabs(HalfToFloat(out[e])) < 8.0f)) {
+        Die("lone piece: output of row " + std::to_string(r));
+      }
     }
   }
   if (staged) (*ex)->staging_memory()->Free(rows);

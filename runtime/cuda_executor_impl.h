@@ -151,10 +151,10 @@ struct NodeEnables {
 // A (path, bucket, pipeline buffer)'s graphs. `exec` holds every optional node (toggled per
 // piece through `enabled`: mixed pieces and the benchmark's disabled stages); `host_exec` and
 // `device_exec` only what a piece of host-memory or of device-memory requests needs
-// (AddHostGraph, AddDeviceGraph): no disabled nodes on their launch path (H100, B=1: the general graph with its
-// three disabled nodes launched slower than the same work eager). In buckets whose staging is
-// at most kernel_copy_max_bytes each way their pinned <-> device copies are copy kernels, not
-// memcpy nodes (B=1: 26 vs 35 us per executor step).
+// (AddHostGraph, AddDeviceGraph): no disabled nodes on their launch path (H100, B=1: the
+// general graph with its three disabled nodes launched slower than the same work eager). In
+// buckets whose staging is at most kernel_copy_max_bytes each way their pinned <-> device copies
+// are copy kernels, not memcpy nodes (B=1: 26 vs 35 us per executor step).
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;

@@ -11,13 +11,15 @@ namespace attnrt::scheduler {
 
 StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
                                                 DoneCallback* done, ResultFuture* future,
-                                                Producer::State* producer) {
+                                                Producer::State* producer, bool validated) {
   if (done != nullptr && !*done) {
     return Reject(RejectReason::kInvalidArgument,
                   InvalidArgumentError("done callback is empty (pass a callable, or use the "
                                        "future form of Submit)"));
   }
-  if (Status s = Validate(request); !s.ok()) return s;
+  if (!validated) {
+    if (Status s = Validate(request); !s.ok()) return s;
+  }
   const ClockNanos now = clock_->Now();
   ClockNanos timeout_ns = default_timeout_ns_;
   if (request.timeout) {
@@ -116,7 +118,7 @@ DecodeResult Scheduler::Impl::Decode(const DecodeRequest& request) {
     dispatch_mu_.Unlock();
   }
   ResultFuture future;
-  StatusOr<RequestHandle> handle = Submit(request, nullptr, &future, nullptr);
+  StatusOr<RequestHandle> handle = Submit(request, nullptr, &future, nullptr, /*validated=*/true);
   if (!handle.ok()) {
     result.status = handle.status();
     return result;

@@ -130,8 +130,10 @@ class Scheduler::Impl final : public ClockListener {
 
   // ---- intake ---------------------------------------------------------------------------------
 
+  // `validated`: the caller already ran Validate(request) (Decode's submitted route).
   StatusOr<RequestHandle> Submit(const DecodeRequest& request, DoneCallback* done,
-                                 ResultFuture* future, Producer::State* producer);
+                                 ResultFuture* future, Producer::State* producer,
+                                 bool validated = false);
 
   bool Cancel(const RequestHandle& handle);
 
