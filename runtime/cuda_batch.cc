@@ -121,7 +121,8 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
         if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
-        } else if (e.device_only() && (piece.device_rows_aligned || !g.device_in_place)) {
+        } else if (e.device_only() && (piece.device_rows_aligned ||
+                                       !paths[piece.path].variant->reads_rows_in_place)) {
           status = CudaStatus(cudaGraphLaunch(g.device_exec.get(), st),
                               "cudaGraphLaunch(device)", __FILE__, __LINE__);
         } else {

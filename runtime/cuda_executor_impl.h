@@ -164,9 +164,6 @@ struct CapturedGraph {
   GraphExec device_exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
                   d2h = nullptr;
-  // device_exec's step reads q and writes out/lse in the requests' memory (no q gather, no
-  // scatter): for pieces whose rows are aligned for it (Piece::device_rows_aligned).
-  bool device_in_place = false;
   std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
   std::optional<NodeEnables> enabled;  // as last set on `exec`; unknown after instantiation
 };
@@ -207,7 +204,7 @@ struct Piece {
   int path = 0;              // index into Impl::paths
   int first = 0, count = 0;  // range of batch->plan.live
   // Every kDevice row's q and out 16-byte aligned (Pack): the step may read and write them in
-  // place (CapturedGraph::device_in_place).
+  // place (a path with DecodeVariant::reads_rows_in_place).
   bool device_rows_aligned = true;
   Status launch_status;
   bool event_recorded = false;
@@ -391,13 +388,12 @@ struct CudaExecutor::Impl {
   // The bucket whose plan runs each row chunk of `bucket`'s device-memory graph
   // (CudaExecutorOptions::device_io_chunk_rows): `bucket` itself for one chunk.
   int ChunkBucket(int path, int bucket) const;
-  // The device-memory graph of `bucket` in chunks of `chunk_bucket`'s capacity: metadata H2D,
+  // The device-memory graph of `bucket` in chunks of ChunkBucket's capacity: metadata H2D,
   // then per chunk gather -> append + decode -> scatter, the gathers in a chain and the
-  // computes in a chain, so chunk i+1's gather and chunk i's scatter overlap the computes.
-  // With `in_place` (a path that reads requests in place) the gathers copy k/v only and the
-  // step reads q and writes out/lse in the requests' memory: no scatter.
-  Status AddDeviceGraph(int path, int bucket, int chunk_bucket, int buffer, bool in_place,
-                        Graph* graph, GraphExec* exec);
+  // computes in a chain, so chunk i+1's gather and chunk i's scatter overlap the computes. On a
+  // path that reads requests in place (one chunk) the gather copies k/v only and the step reads
+  // q and writes out/lse in the requests' memory: no scatter.
+  Status AddDeviceGraph(int path, int bucket, int buffer, Graph* graph, GraphExec* exec);
   // Whether a lean graph moving `in_bytes` to the device and `out_bytes` back copies with
   // kernels (kernel_copy_max_bytes) instead of memcpy nodes.
   bool CopiesByKernel(std::size_t in_bytes, std::size_t out_bytes) const {

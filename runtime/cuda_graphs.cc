@@ -160,9 +160,8 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_CUDA_RETURN(ended);
   cudaGraph_t graph = g->graph.get();
   ATTNRT_RETURN_IF_ERROR(AddHostGraph(graph, bucket, buffer, &g->host_graph, &g->host_exec));
-  g->device_in_place = paths[path].variant->reads_rows_in_place;
-  ATTNRT_RETURN_IF_ERROR(AddDeviceGraph(path, bucket, ChunkBucket(path, bucket), buffer,
-                                        g->device_in_place, &g->device_graph, &g->device_exec));
+  ATTNRT_RETURN_IF_ERROR(
+      AddDeviceGraph(path, bucket, buffer, &g->device_graph, &g->device_exec));
 
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
   ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(graph, shape.roots, shape.leaves, buffer));
@@ -285,11 +284,13 @@ int CudaExecutor::Impl::ChunkBucket(int path, int bucket) const {
   return bucket;
 }
 
-Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int chunk_bucket, int buffer,
-                                          bool in_place, Graph* graph, GraphExec* exec) {
+Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Graph* graph,
+                                          GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
   const DecodePath& p = paths[path];
+  const bool in_place = p.variant->reads_rows_in_place;
+  const int chunk_bucket = ChunkBucket(path, bucket);
   const kernels::DecodePlan& plan = p.plans[chunk_bucket];
   const int rows = options.buckets[chunk_bucket];
   cudaGraph_t raw = nullptr;
@@ -312,7 +313,8 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int chunk_bucket
   }
   // The gathers at the device's greatest priority: the block scheduler gives a gather's CTAs
   // the first SM slots that the running compute frees, so the next chunk's inputs cross PCIe
-  // while this chunk computes rather than after it.
+  // while this chunk computes rather than after it. (Measured only together with the chunks,
+  // not apart from them.)
   int least_priority = 0, greatest_priority = 0;
   ATTNRT_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   cudaKernelNodeAttrValue urgent{};
@@ -335,7 +337,7 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int chunk_bucket
                                            {stream.get(), cublas.get()});
     cudaStreamCaptureStatus capturing{};
     const cudaGraphNode_t* last = nullptr;
-    const cudaGraphEdgeData* edges = nullptr;
+    const cudaGraphEdgeData* edges = nullptr;  // asked for, so that no edge type is refused
     std::size_t num_last = 0;
     const cudaError_t info = cudaStreamGetCaptureInfo(stream.get(), &capturing, nullptr, nullptr,
                                                       &last, &edges, &num_last);
