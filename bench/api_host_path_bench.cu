@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -888,12 +889,13 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
 // Medians of the executor's per-piece host and GPU times over one run; returns the GPU one.
 double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t) {
   if (t.empty()) return 0.0;
-  auto median = [&](double runtime::PieceTimings::*field) {
+  auto percentile = [&](double runtime::PieceTimings::*field, double q) {
     std::vector<double> v;
     v.reserve(t.size());
     for (const runtime::PieceTimings& p : t) v.push_back(p.*field);
-    return Percentile(v, 0.5);
+    return Percentile(v, q);
   };
+  auto median = [&](double runtime::PieceTimings::*field) { return percentile(field, 0.5); };
   std::printf("  pieces, %s: %zu, medians: plan %.1f us, queued for the launcher %.1f, pack "
               "%.1f (q/k/v copies %.1f), launch %.1f, gpu %.1f, requests %.0f\n", run.c_str(),
               t.size(), median(&runtime::PieceTimings::plan_us),
@@ -909,6 +911,16 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
               "done %.1f us later, copied outputs out in %.1f\n",
               median(&runtime::PieceTimings::handoff_us), median(&runtime::PieceTimings::wait_us),
               median(&runtime::PieceTimings::copy_out_us));
+  // Where a tail comes from (the 70%-load p99 is a tail of the executor's time).
+  std::printf("    p99s: plan %.1f us, queued %.1f, pack %.1f, launch %.1f, gpu %.1f, taken %.1f, "
+              "seen done %.1f\n",
+              percentile(&runtime::PieceTimings::plan_us, 0.99),
+              percentile(&runtime::PieceTimings::queue_us, 0.99),
+              percentile(&runtime::PieceTimings::pack_us, 0.99),
+              percentile(&runtime::PieceTimings::launch_us, 0.99),
+              percentile(&runtime::PieceTimings::gpu_us, 0.99),
+              percentile(&runtime::PieceTimings::handoff_us, 0.99),
+              percentile(&runtime::PieceTimings::wait_us, 0.99));
   std::size_t host_only = 0, mixed = 0;
   for (const runtime::PieceTimings& p : t) {
     if (p.host_requests == p.requests) {
@@ -1125,6 +1137,12 @@ int Run(const Options& o) {
   const double dur = o.quick ? 0.2 : o.duration_s;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured (a long run shows progress)
 
+  if (!o.out_dir.empty()) {
+    // Before the minutes of measuring: a record that cannot be written fails now.
+    std::error_code ec;
+    std::filesystem::create_directories(o.out_dir, ec);
+    if (ec) Die("--out " + o.out_dir + ": cannot create the directory: " + ec.message());
+  }
   std::printf("device: %s\n", prop.name);
   const Clock::time_point start = Clock::now();
   auto section = [&](const char* what) {
@@ -1367,7 +1385,7 @@ int main(int argc, char** argv) {
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
           "  and 70%%-load p99 at max batch 32 and 128. Writes DIR/summary.json.\n"
-          "  --out DIR        write DIR/summary.json (default: print only)\n"
+          "  --out DIR        write DIR/summary.json, creating DIR (default: print only)\n"
           "  --commit SHA     recorded in the summary\n"
           "  --iterations N   latency samples per row (default 2000)\n"
           "  --duration S     seconds per load run (default 0.5)\n"

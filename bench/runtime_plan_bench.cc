@@ -1,0 +1,93 @@
+// The host cost of planning one batch (issue 11: the CUDA executor's "plan" per piece, 25-40 us
+// at B=128 on the H100 host): BatchPlanner::Plan (validation, one new token per request), the
+// block rows the pack reads (FillBlockRows) and Settle after the step, over 1024 sequences of
+// H32 Hkv8 D128 with 16-token blocks, each batch 128 distinct random sequences. CPU only.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kvcache/kvcache.h"
+#include "runtime/batch_plan.h"
+
+namespace attnrt::runtime {
+namespace {
+
+constexpr int kSequences = 1024, kContext = 512, kBatch = 128;
+
+ModelShape PlanShape() {
+  ModelShape s;
+  s.num_layers = 1;
+  s.num_q_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  s.block_size = 16;
+  s.max_context = 4096;
+  return s;
+}
+
+// A table of kSequences sequences of kContext tokens and batches over it, in random order.
+struct PlanFixture {
+  ModelShape shape = PlanShape();
+  kvcache::BlockAllocator allocator{kSequences * (PlanShape().max_blocks_per_sequence() + 1)};
+  kvcache::SequenceTable table{shape, &allocator};
+  BatchPlanner planner{&table, /*allow_device_memory=*/true, nullptr};
+  std::vector<Half> dummy = std::vector<Half>(64);
+  std::mt19937_64 rng{3};
+  std::vector<SequenceId> ids = std::vector<SequenceId>(kSequences);
+
+  PlanFixture() {
+    std::vector<kvcache::BlockCopy> copies;
+    for (SequenceId id = 0; id < kSequences; ++id) {
+      if (!planner.Create(id).ok()) std::abort();
+      const bool ok = planner.WithTable([&](kvcache::SequenceTable& t) {
+        return t.Append(id, kvcache::SequenceTable::kAllLayers, kContext, &copies).ok();
+      });
+      if (!ok) std::abort();
+    }
+    std::iota(ids.begin(), ids.end(), SequenceId{0});
+  }
+
+  Batch NextBatch() {
+    std::shuffle(ids.begin(), ids.end(), rng);
+    Batch b;
+    b.requests.resize(kBatch);
+    for (int i = 0; i < kBatch; ++i) {
+      BatchRequest& r = b.requests[i];
+      r.sequence_id = ids[i];
+      r.memory = MemoryKind::kDevice;
+      r.q = r.k = r.v = dummy.data();
+      r.out = dummy.data();
+    }
+    return b;
+  }
+};
+
+// 2000 batches: every sequence grows by ~250 tokens over the run, as in the host-path benchmark.
+void BM_PlanFillSettle128(benchmark::State& state) {
+  PlanFixture f;
+  const std::size_t stride = static_cast<std::size_t>(f.shape.max_blocks_per_sequence());
+  std::vector<std::int32_t> rows(stride * kBatch);
+  for (auto _ : state) {
+    state.PauseTiming();
+    Batch batch = f.NextBatch();
+    state.ResumeTiming();
+    BatchPlan plan;  // fresh per batch, as the executor's BatchState
+    f.planner.Plan(batch, &plan);
+    f.planner.FillBlockRows(batch, plan.live, stride, rows.data(), &plan.statuses);
+    f.planner.Settle(batch, &plan);
+    if (plan.live.size() != kBatch) state.SkipWithError("a request was refused");
+    benchmark::DoNotOptimize(rows.data());
+  }
+  state.counters["us_per_request"] = benchmark::Counter(
+      static_cast<double>(kBatch) * 1e-6, benchmark::Counter::kIsIterationInvariantRate |
+                                              benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PlanFillSettle128)->Iterations(2000)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace attnrt::runtime
+
+BENCHMARK_MAIN();
