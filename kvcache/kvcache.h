@@ -158,6 +158,16 @@ class SequenceTable {
   // Append(id, layer, 1) for decode: returns where the new token's K/V go.
   StatusOr<TokenPosition> AppendToken(SequenceId id, int layer, std::vector<BlockCopy>* copies);
 
+  // A live sequence's entry, for several calls on it after one lookup (a batch planner's
+  // validation, append and block-row read); null when `id` is unknown. Valid until Free(id)
+  // or the table's destruction; other sequences' calls leave it valid.
+  struct Sequence;
+  Sequence* Find(SequenceId id);
+  // AppendToken / Blocks on an entry from Find (`id` is its id: named in errors).
+  StatusOr<TokenPosition> AppendToken(Sequence& sequence, SequenceId id, int layer,
+                                      std::vector<BlockCopy>* copies);
+  std::span<const BlockId> Blocks(const Sequence& sequence) const;
+
   // With kAllLayers: the common length of every layer (FailedPrecondition if they differ).
   StatusOr<int> Length(SequenceId id, int layer) const;
   // The block table; valid until the next call that changes this table.
@@ -172,10 +182,9 @@ class SequenceTable {
   const ModelShape& shape() const { return shape_; }
 
  private:
-  struct Sequence;
-  // Append that also hands back the sequence it grew (AppendToken reads the new token's block from it).
-  StatusOr<int> AppendImpl(SequenceId id, int layer, int n, std::vector<BlockCopy>* copies,
-                           const Sequence** sequence);
+  // Append on a found entry; returns the first new position.
+  StatusOr<int> AppendImpl(Sequence& seq, SequenceId id, int layer, int n,
+                           std::vector<BlockCopy>* copies);
 
   ModelShape shape_;
   BlockAllocator* allocator_;

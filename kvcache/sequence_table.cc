@@ -155,19 +155,21 @@ StatusOr<int> LayerLength(const std::int32_t* row, int num_layers, int layer, Se
 
 StatusOr<int> SequenceTable::Append(SequenceId id, int layer, int n,
                                     std::vector<BlockCopy>* copies) {
-  const Sequence* unused = nullptr;
-  return AppendImpl(id, layer, n, copies, &unused);
-}
-
-StatusOr<int> SequenceTable::AppendImpl(SequenceId id, int layer, int n,
-                                        std::vector<BlockCopy>* copies,
-                                        const Sequence** sequence) {
   if (copies == nullptr) return InvalidArgumentError("copies is null");
   ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
   if (n < 1) return InvalidArgumentError("n = " + std::to_string(n) + ", expected >= 1");
+  Sequence* seq = Find(id);
+  if (seq == nullptr) return NotFoundError(SeqText(id) + " not found");
+  return AppendImpl(*seq, id, layer, n, copies);
+}
+
+SequenceTable::Sequence* SequenceTable::Find(SequenceId id) {
   auto it = impl_->sequences.find(id);
-  if (it == impl_->sequences.end()) return NotFoundError(SeqText(id) + " not found");
-  Sequence& seq = it->second;
+  return it == impl_->sequences.end() ? nullptr : &it->second;
+}
+
+StatusOr<int> SequenceTable::AppendImpl(Sequence& seq, SequenceId id, int layer, int n,
+                                        std::vector<BlockCopy>* copies) {
   std::int32_t* row = impl_->Row(seq.row);
   ATTNRT_ASSIGN_OR_RETURN(const int old_len, LayerLength(row, impl_->num_layers, layer, id));
   const std::int64_t new_len = static_cast<std::int64_t>(old_len) + n;
@@ -257,15 +259,26 @@ StatusOr<int> SequenceTable::AppendImpl(SequenceId id, int layer, int n,
   } else {
     row[layer] += n;
   }
-  *sequence = &seq;
   return old_len;
 }
 
 StatusOr<TokenPosition> SequenceTable::AppendToken(SequenceId id, int layer,
                                                    std::vector<BlockCopy>* copies) {
-  const Sequence* seq_ptr = nullptr;
-  ATTNRT_ASSIGN_OR_RETURN(const int position, AppendImpl(id, layer, 1, copies, &seq_ptr));
-  const Sequence& seq = *seq_ptr;
+  Sequence* seq = Find(id);
+  if (seq == nullptr) {
+    // The argument checks first, as Append.
+    if (copies == nullptr) return InvalidArgumentError("copies is null");
+    ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
+    return NotFoundError(SeqText(id) + " not found");
+  }
+  return AppendToken(*seq, id, layer, copies);
+}
+
+StatusOr<TokenPosition> SequenceTable::AppendToken(Sequence& seq, SequenceId id, int layer,
+                                                   std::vector<BlockCopy>* copies) {
+  if (copies == nullptr) return InvalidArgumentError("copies is null");
+  ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
+  ATTNRT_ASSIGN_OR_RETURN(const int position, AppendImpl(seq, id, layer, 1, copies));
   TokenPosition token;
   token.block = seq.blocks[static_cast<std::size_t>(position / shape_.block_size)];
   token.offset = position % shape_.block_size;
@@ -284,6 +297,10 @@ StatusOr<std::span<const BlockId>> SequenceTable::Blocks(SequenceId id) const {
   auto it = impl_->sequences.find(id);
   if (it == impl_->sequences.end()) return NotFoundError(SeqText(id) + " not found");
   return std::span<const BlockId>(it->second.blocks);
+}
+
+std::span<const BlockId> SequenceTable::Blocks(const Sequence& sequence) const {
+  return sequence.blocks;
 }
 
 bool SequenceTable::Contains(SequenceId id) const { return impl_->sequences.contains(id); }

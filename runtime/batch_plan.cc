@@ -2,6 +2,7 @@
 #include "runtime/batch_plan.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -79,10 +80,11 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
   const int num_layers = table_->shape().num_layers;
   plan->statuses.assign(n, Status::Ok());
   plan->live.clear();
+  plan->live.reserve(static_cast<std::size_t>(n));
   plan->copies.clear();
   plan->any_host = plan->any_device = false;
   plan->copies_applied = true;
-  seen_.clear();
+  seen_.Reset(static_cast<std::size_t>(n));
 
   for (int i = 0; i < n; ++i) {
     const BatchRequest& r = batch.requests[i];
@@ -111,7 +113,8 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
                                     " is out of range [0, " + std::to_string(num_layers) + ")");
       continue;
     }
-    if (!table_->Contains(r.sequence_id)) {
+    kvcache::SequenceTable::Sequence* sequence = table_->Find(r.sequence_id);
+    if (sequence == nullptr) {
       status = NotFoundError(Prefix(i) + "sequence_id " + std::to_string(r.sequence_id) +
                              " is unknown");
       continue;
@@ -127,7 +130,7 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
       status = device_check_(r, i);
       if (!status.ok()) continue;
     }
-    if (!seen_.insert({r.sequence_id, r.layer}).second) {
+    if (!seen_.Insert(r.sequence_id, r.layer)) {
       status = InvalidArgumentError(Prefix(i) + "(sequence_id " + std::to_string(r.sequence_id) +
                                     ", layer " + std::to_string(r.layer) +
                                     ") appears twice in one batch; the later request must wait "
@@ -136,20 +139,46 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
     }
     const std::size_t copies_before = plan->copies.size();
     StatusOr<kvcache::TokenPosition> token =
-        table_->AppendToken(r.sequence_id, r.layer, &plan->copies);
+        table_->AppendToken(*sequence, r.sequence_id, r.layer, &plan->copies);
     if (!token.ok()) {
       status = WithPrefix(token.status(), i);
       continue;
     }
-    plan->live.push_back(
-        PlannedRequest{i, token->position + 1, plan->copies.size() > copies_before});
+    plan->live.push_back(PlannedRequest{i, token->position + 1,
+                                        plan->copies.size() > copies_before, sequence});
     (r.memory == MemoryKind::kHost ? plan->any_host : plan->any_device) = true;
+  }
+}
+
+void BatchPlanner::PairSet::Reset(std::size_t n) {
+  std::size_t size = 16;
+  while (size < 2 * n) size *= 2;
+  if (size > slots_.size() || ++stamp_ == 0) {  // grown, or the stamps wrapped: start clean
+    slots_.assign(std::max(size, slots_.size()), Slot{});
+    stamp_ = 1;
+    shift_ = 64 - std::countr_zero(slots_.size());
+  }
+}
+
+bool BatchPlanner::PairSet::Insert(SequenceId id, int layer) {
+  const std::size_t mask = slots_.size() - 1;
+  // Fibonacci hashing: the product's top bits depend on every bit of the key.
+  const std::uint64_t key = (id ^ (static_cast<std::uint64_t>(layer) << 40)) * 0x9E3779B97F4A7C15ull;
+  for (std::size_t i = static_cast<std::size_t>(key >> shift_);; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.stamp != stamp_) {
+      s = Slot{id, layer, stamp_};
+      return true;
+    }
+    if (s.id == id && s.layer == layer) return false;
   }
 }
 
 Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const {
   MutexLock lock(&table_mu_);
-  return FillBlockRowLocked(id, kv_length, row);
+  StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
+  if (!blocks.ok()) return blocks.status();
+  return FillBlockRowLocked(id, *blocks, kv_length, row);
 }
 
 void BatchPlanner::FillBlockRows(const Batch& batch, std::span<const PlannedRequest> planned,
@@ -158,25 +187,32 @@ void BatchPlanner::FillBlockRows(const Batch& batch, std::span<const PlannedRequ
   MutexLock lock(&table_mu_);
   for (std::size_t i = 0; i < planned.size(); ++i) {
     const PlannedRequest& p = planned[i];
-    Status s = FillBlockRowLocked(batch.requests[p.index].sequence_id, p.kv_length,
-                                  rows + i * row_stride);
+    const SequenceId id = batch.requests[p.index].sequence_id;
+    Status s;
+    if (p.sequence != nullptr) {
+      s = FillBlockRowLocked(id, table_->Blocks(*p.sequence), p.kv_length, rows + i * row_stride);
+    } else if (StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
+               blocks.ok()) {
+      s = FillBlockRowLocked(id, *blocks, p.kv_length, rows + i * row_stride);
+    } else {
+      s = blocks.status();
+    }
     if (!s.ok()) (*statuses)[p.index] = std::move(s);
   }
 }
 
-Status BatchPlanner::FillBlockRowLocked(SequenceId id, int kv_length, std::int32_t* row) const {
-  StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
-  if (!blocks.ok()) return blocks.status();
+Status BatchPlanner::FillBlockRowLocked(SequenceId id, std::span<const kvcache::BlockId> blocks,
+                                        int kv_length, std::int32_t* row) const {
   const int bs = table_->shape().block_size;
   const std::size_t needed = static_cast<std::size_t>((kv_length + bs - 1) / bs);
-  if (needed > blocks->size()) {
+  if (needed > blocks.size()) {
     return InternalError("sequence_id " + std::to_string(id) + " has " +
-                         std::to_string(blocks->size()) + " blocks, fewer than the " +
+                         std::to_string(blocks.size()) + " blocks, fewer than the " +
                          std::to_string(needed) + " its length " + std::to_string(kv_length) +
                          " needs");
   }
   static_assert(sizeof(kvcache::BlockId) == sizeof(std::int32_t), "block ids are int32");
-  std::memcpy(row, blocks->data(), needed * sizeof(std::int32_t));
+  std::memcpy(row, blocks.data(), needed * sizeof(std::int32_t));
   return Status::Ok();
 }
 

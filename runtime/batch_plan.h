@@ -28,6 +28,9 @@ struct PlannedRequest {
   int index = 0;      // position in Batch::requests
   int kv_length = 0;  // tokens attended, the new one included (position + 1)
   bool copied = false;  // its token's block is copied on write by this batch (plan.copies)
+  // Its table entry: the block row is read from it when the batch is packed (valid until then:
+  // sequence calls wait for the planned batches to launch; see the class comment).
+  const kvcache::SequenceTable::Sequence* sequence = nullptr;
 };
 
 struct BatchPlan {
@@ -151,8 +154,8 @@ class BatchPlanner {
   };
 
   // The Status a request or prefill of (id, layer) gets, or OK.
-  Status FillBlockRowLocked(SequenceId id, int kv_length, std::int32_t* row) const
-      REQUIRES(table_mu_);
+  Status FillBlockRowLocked(SequenceId id, std::span<const kvcache::BlockId> blocks,
+                            int kv_length, std::int32_t* row) const REQUIRES(table_mu_);
   Status LostTokenStatus(SequenceId id, int layer) const REQUIRES(table_mu_);
   void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause)
       EXCLUDES(table_mu_);
@@ -184,8 +187,24 @@ class BatchPlanner {
   std::atomic<int> lost_count_{0};
   bool allow_device_memory_;
   DevicePointerCheck device_check_;
-  // Reused across batches.
-  std::unordered_set<std::pair<SequenceId, int>, KeyHash> seen_ GUARDED_BY(table_mu_);
+  // The (sequence, layer) pairs of the batch being planned: open addressing over a table of at
+  // least twice the batch, reused across batches (a slot is in use when its stamp is the
+  // batch's), so planning allocates nothing per request.
+  class PairSet {
+   public:
+    void Reset(std::size_t n);                  // empty, with room for n pairs
+    bool Insert(SequenceId id, int layer);      // false when the pair is already in
+   private:
+    struct Slot {
+      SequenceId id = 0;
+      int layer = 0;
+      std::uint32_t stamp = 0;
+    };
+    std::vector<Slot> slots_;
+    std::uint32_t stamp_ = 0;
+    int shift_ = 64;  // 64 - log2(slots_.size())
+  };
+  PairSet seen_ GUARDED_BY(table_mu_);
 };
 
 }  // namespace attnrt::runtime

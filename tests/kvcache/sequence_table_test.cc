@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,35 @@ TEST_F(SequenceTableTest, AppendTokenReturnsThePositionOfTheNewToken) {
   EXPECT_EQ(LengthOf(table_, 5, 0), 0);
   EXPECT_EQ(TableOf(table_, 5).size(), 3u);
   EXPECT_TRUE(copies_.empty());
+}
+
+// The entry API (one lookup for several calls): the same tokens, blocks and errors as by id, and
+// an entry stays valid while other sequences are created, appended to, forked and freed.
+TEST_F(SequenceTableTest, EntryFromFindAppendsAndReadsAsTheIdCalls) {
+  EXPECT_EQ(table_.Find(5), nullptr);
+  ASSERT_TRUE(table_.Create(5).ok());
+  SequenceTable::Sequence* entry = table_.Find(5);
+  ASSERT_NE(entry, nullptr);
+  for (int pos = 0; pos < 12; ++pos) {
+    if (pos == 4) {  // other sequences change around the entry (the map may rehash)
+      for (SequenceId id = 100; id < 140; ++id) ASSERT_TRUE(table_.Create(id).ok());
+      ASSERT_TRUE(table_.Fork(5, 6).ok());
+      for (SequenceId id = 100; id < 140; ++id) ASSERT_TRUE(table_.Free(id).ok());
+      ASSERT_TRUE(table_.Free(6).ok());
+    }
+    auto token = table_.AppendToken(*entry, 5, 1, &copies_);
+    ASSERT_TRUE(token.ok()) << token.status().ToString();
+    EXPECT_EQ(token->position, pos);
+    EXPECT_EQ(token->block, TableOf(table_, 5)[static_cast<std::size_t>(pos / 8)]);
+    const std::span<const BlockId> blocks = table_.Blocks(*entry);
+    EXPECT_EQ(std::vector<BlockId>(blocks.begin(), blocks.end()), TableOf(table_, 5));
+  }
+  EXPECT_EQ(LengthOf(table_, 5, 1), 12);
+  EXPECT_TRUE(copies_.empty());
+  ExpectFailsUnchanged([&] { return table_.AppendToken(*entry, 5, 3, &copies_).status(); },
+                       StatusCode::kInvalidArgument, {"layer = 3"});
+  ExpectFailsUnchanged([&] { return table_.AppendToken(*entry, 5, 1, nullptr).status(); },
+                       StatusCode::kInvalidArgument, {"copies is null"});
 }
 
 TEST_F(SequenceTableTest, ForkSharesEveryBlockAndCopiesTheLengths) {
