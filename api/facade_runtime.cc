@@ -50,6 +50,7 @@ class RuntimeImpl final : public Runtime {
     so.num_priority_levels = o.num_priority_levels;
     so.check_finite = o.check_finite;
     so.completion_threads = o.completion_threads;
+    so.mapped_staging_bytes = o.mapped_staging_bytes;
     so.batcher_spin = o.batcher_spin;
     so.result_spin = o.result_spin;
     ATTNRT_ASSIGN_OR_RETURN(scheduler_, scheduler::Scheduler::Create(so, executor_.get()));

@@ -76,6 +76,8 @@ struct Options {
   bool lone_ab = false;  // --lone-ab
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
+  // The saturation schedulers' SchedulerOptions::mapped_staging_bytes.
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -443,6 +445,7 @@ struct Variation {
   bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
   int pack_threads = -1;  // CudaExecutorOptions of the saturation executors (not the Runtime rows)
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;  // their schedulers'
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
@@ -458,6 +461,7 @@ struct Variation {
 Variation ForSaturation(const Options& o, Variation v) {
   v.pack_threads = o.pack_threads;
   v.buffers = o.buffers;
+  v.mapped_staging_bytes = o.mapped_staging_bytes;
   return v;
 }
 
@@ -1072,8 +1076,9 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   };
   reset();
   (void)(*ex)->TakeTimings();
-  std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d\n", kSequences,
-              kContext, variation.pack_threads, variation.buffers);
+  std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
+              "staging %lld MiB\n", kSequences, kContext, variation.pack_threads,
+              variation.buffers, static_cast<long long>(variation.mapped_staging_bytes >> 20));
   // The better of two closed-loop runs (each from the same lengths): a stricter denominator,
   // steadier on a shared host than one run, which a stall on the submitting thread lowers.
   auto capacity_watchdog = WatchRun("capacity runs", 2 * duration_s + 60);
@@ -1098,6 +1103,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
     c.duration_s = duration_s;
     c.num_sequences = kSequences;
     c.producers = 4;
+    c.mapped_staging_bytes = variation.mapped_staging_bytes;
     auto r = tools::RunOpenLoop(c, ex->get());
     if (!r.ok()) Die("open loop: " + r.status().ToString());
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
@@ -1405,7 +1411,9 @@ int main(int argc, char** argv) {
           "                   (compute off; copies off), twice\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
-          "                   default: CudaExecutorOptions::num_buffers)\n");
+          "                   default: CudaExecutorOptions::num_buffers)\n"
+          "  --mapped-staging-mb N  the saturation schedulers' mapped_staging_bytes in MiB\n"
+          "                   (default 128; 0: the working set's records only)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -1424,6 +1432,13 @@ int main(int argc, char** argv) {
       o.pack_threads = std::atoi(value("--pack-threads").c_str());
     } else if (a == "--buffers") {
       o.buffers = std::atoi(value("--buffers").c_str());
+    } else if (a == "--mapped-staging-mb") {
+      const long long mb = std::atoll(value("--mapped-staging-mb").c_str());
+      if (mb < 0) {
+        std::fprintf(stderr, "api_host_path_bench: --mapped-staging-mb must be >= 0\n");
+        return 2;
+      }
+      o.mapped_staging_bytes = static_cast<std::int64_t>(mb) << 20;
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
     } else if (a == "--lone-ab") {

@@ -41,9 +41,7 @@ RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t ls
     : q_elems_(q_elems),
       kv_elems_(kv_elems),
       lse_elems_(lse_elems),
-      // q, k, v, out (out has q's shape), then lse; each region 64-byte aligned.
-      stride_(RoundUp(q_elems * sizeof(Half)) * 2 + RoundUp(kv_elems * sizeof(Half)) * 2 +
-              RoundUp(lse_elems * sizeof(float))),
+      stride_(StrideFor(q_elems, kv_elems, lse_elems)),
       slab_records_(slab_records),
       staging_(staging) {
   // The staged working set up front: allocating device-visible memory (cudaHostAlloc) takes
@@ -59,6 +57,13 @@ RecordPool::RecordPool(std::size_t q_elems, std::size_t kv_elems, std::size_t ls
 }
 
 RecordPool::~RecordPool() = default;
+
+std::size_t RecordPool::StrideFor(std::size_t q_elems, std::size_t kv_elems,
+                                  std::size_t lse_elems) {
+  // q, k, v, out (out has q's shape), then lse.
+  return RoundUp(q_elems * sizeof(Half)) * 2 + RoundUp(kv_elems * sizeof(Half)) * 2 +
+         RoundUp(lse_elems * sizeof(float));
+}
 
 void RecordPool::Grow(RequestRecord** out, std::size_t n) {
   MutexLock lock(&grow_mu_);

@@ -99,6 +99,9 @@ class RecordPool {
   // Records the per-thread caches may hold at once.
   static constexpr std::size_t kCachedRecords = ShardedFreeList<RequestRecord>::kCached;
   std::size_t staging_bytes_per_record() const { return stride_; }
+  // A record's staging bytes for these element counts (q, k, v, out, lse; each region 64-byte
+  // aligned).
+  static std::size_t StrideFor(std::size_t q_elems, std::size_t kv_elems, std::size_t lse_elems);
 
  private:
   struct Slab;

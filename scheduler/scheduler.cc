@@ -89,6 +89,10 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
                                 " out of range [1, " + std::to_string(kMaxCompletionThreads) +
                                 "]");
   }
+  if (o.mapped_staging_bytes < 0) {
+    return InvalidArgumentError("mapped_staging_bytes " + std::to_string(o.mapped_staging_bytes) +
+                                " must be >= 0");
+  }
   if (o.batcher_spin.count() < defaults::kBatcherSpinAuto) {
     return InvalidArgumentError("batcher_spin " + Us(o.batcher_spin) +
                                 " must be >= 0, or -1 (auto)");

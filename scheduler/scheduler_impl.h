@@ -108,14 +108,27 @@ class Scheduler::Impl final : public ClockListener {
                      ResolveBatcherSpin(options.batcher_spin,
                                         std::thread::hardware_concurrency()))
                      .count()),
-        // Device-visible staging for the working set: the batches in flight, two more forming,
-        // and what the producers' caches hold; a backlog beyond that is staged on the heap.
         pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kRecordsPerSlab,
-              executor->staging_memory(),
-              static_cast<std::size_t>(max_in_flight_ + 2) * options.max_batch_size +
-                  internal::RecordPool::kCachedRecords),
+              executor->staging_memory(), StagedRecords(options, max_in_flight_, shape_)),
         pending_(options.num_priority_levels),
         completion_pool_(static_cast<std::size_t>(options.completion_threads)) {}
+
+  // Device-visible records (SchedulerOptions::mapped_staging_bytes): the working set (the
+  // batches in flight, two more forming, what the producers' caches hold), or as many as the
+  // bytes hold, up to what the queue and the working set can use at once.
+  static std::size_t StagedRecords(const SchedulerOptions& o, int max_in_flight,
+                                   const ModelShape& shape) {
+    const std::size_t working_set = static_cast<std::size_t>(max_in_flight + 2) *
+                                        static_cast<std::size_t>(o.max_batch_size) +
+                                    internal::RecordPool::kCachedRecords;
+    const std::size_t stride = internal::RecordPool::StrideFor(
+        static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim,
+        static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim,
+        static_cast<std::size_t>(shape.num_q_heads));
+    const std::size_t budget = static_cast<std::size_t>(std::max<std::int64_t>(o.mapped_staging_bytes, 0)) / stride;
+    const std::size_t most = working_set + static_cast<std::size_t>(std::max(o.max_queue_size, 0));
+    return std::max(working_set, std::min(budget, most));
+  }
 
   ~Impl() override {
     Shutdown();

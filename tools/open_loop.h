@@ -43,6 +43,7 @@ struct OpenLoopConfig {
   // caps the offered rate near its Submit cost (a 12 KB copy each at H=32 Hkv=8 D=128).
   int producers = 1;
   int completion_threads = 2;  // SchedulerOptions::completion_threads
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;  // SchedulerOptions
   // Check the outputs of OK results (OpenLoopResult::wrong_outputs). Only for an executor that
   // computes attention over caches holding values in [-1, 1] (a prefill from UniformHalves): the
   // harness's q/k/v are such values, so every output, a softmax-weighted mean of V rows, is too.
@@ -165,6 +166,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   options.max_queue_delay = config.window;
   options.max_queue_size = config.max_queue_size;
   options.completion_threads = config.completion_threads;
+  options.mapped_staging_bytes = config.mapped_staging_bytes;
   if (config.producers < 1 || config.producers > 64) {
     return InvalidArgumentError("producers = " + std::to_string(config.producers) +
                                 ", expected 1 .. 64");

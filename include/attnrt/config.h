@@ -113,6 +113,13 @@ inline constexpr int kNumPriorityLevels = 2;
 // copy Submit makes anyway (bench/NOTES.md).
 inline constexpr bool kCheckFinite = true;
 inline constexpr int kCompletionThreads = 2;
+// Pinned host memory the scheduler stages requests in when the executor offers it (the CUDA
+// executor with RuntimeOptions::stage_in_mapped_memory): at 70% load a stall of the batching
+// path past the working set's records (the batches in flight and two forming) put the backlog on
+// the heap, whose pieces take the slower copy path, and the runtime stayed behind its load
+// (H100, 2026-11-27: p99 0.28-1.5 ms with every piece staged, 12-155 ms with most on the heap).
+// 128 MiB holds ~6,500 requests of H32 Hkv8 D128, ~10 ms of 600 k requests/s.
+inline constexpr std::int64_t kMappedStagingBytes = std::int64_t{128} << 20;
 // The batching thread polls this long for new work before it blocks: a request arriving within
 // it is taken without waking a sleeping thread (several microseconds saved on every step of a
 // closed-loop decode). 0 = block at once (no idle CPU spent).

@@ -83,10 +83,16 @@ struct RuntimeOptions {
   // the GPU reads and writes in place (the step's gather and scatter kernels cross PCIe), so no
   // thread copies them a second time into the step's staging or copies the output back out of
   // it (H100: half the runtime's CPU per request at B=128, and a 70%-load step ~40% shorter).
-  // Requests past the working set (the batches in flight and two forming) are staged on the
-  // heap and take the copy path. Pinned memory: ~(5 x max_batch_size + 512) x (2 x H x D +
-  // 2 x Hkv x D halves + H floats). false: every request takes the copy path.
+  // Requests past mapped_staging_bytes (at least the working set: the batches in flight and two
+  // forming) are staged on the heap and take the copy path. false: every request takes the
+  // copy path.
   bool stage_in_mapped_memory = true;
+  // The pinned memory those requests are staged in, allocated at Create: each takes
+  // 2 x H x D + 2 x Hkv x D halves + H floats (each region 64-byte aligned); at least the
+  // working set's records ((max_in_flight + 2) x max_batch_size + 512), at most max_queue_size
+  // more. More absorbs a longer stall or burst before a backlog spills onto the heap, whose
+  // pieces are slower. >= 0.
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;
 };
 
 // How much of the KV cache is in use (Runtime::kv_cache_usage, and gauges in MetricsText).

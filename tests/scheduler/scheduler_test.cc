@@ -308,6 +308,79 @@ TEST_F(SchedulerTest, ExecutorStagingMemoryIsUsedInPlace) {
   EXPECT_EQ(executor_->fake_staging().live(), 0u) << "staging not returned to the executor";
 }
 
+// mapped_staging_bytes: the staging allocated up front is the working set's records at 0, the
+// budget's otherwise (in slabs), capped by what the queue can hold; a negative value is refused
+// naming the field.
+TEST_F(SchedulerTest, MappedStagingBytesSizeTheStagedRecords) {
+  FakeExecutorOptions eo;
+  eo.offer_staging_memory = true;
+  constexpr std::size_t kStride = 1600;  // H4 Hkv2 D64: q, out 512 B; k, v 256 B; lse 16 -> 64
+  constexpr std::size_t kSlab = 256 * kStride;
+  const std::size_t working_set = (2 + 2) * 8 + 512;  // max_in_flight 2, max_batch 8, caches
+  auto staged_bytes = [&](std::int64_t budget, int max_queue_size) {
+    SchedulerOptions o = WindowOptions(8, microseconds(0));
+    o.mapped_staging_bytes = budget;
+    o.max_queue_size = max_queue_size;
+    Make(o, eo);
+    const std::size_t bytes = executor_->fake_staging().allocated_bytes();
+    scheduler_.reset();
+    return bytes;
+  };
+  const std::size_t at_zero = staged_bytes(0, 65536);
+  EXPECT_GE(at_zero, working_set * kStride);
+  EXPECT_LT(at_zero, working_set * kStride + kSlab);
+  const std::size_t budget = 4 << 20;
+  const std::size_t at_budget = staged_bytes(budget, 65536);
+  EXPECT_GE(at_budget, budget - kStride);
+  EXPECT_LT(at_budget, budget + kSlab);
+  const std::size_t capped = staged_bytes(budget, 100);  // the queue holds 100: no more staged
+  EXPECT_GE(capped, (working_set + 100) * kStride);
+  EXPECT_LT(capped, (working_set + 100) * kStride + kSlab);
+
+  executor_ = std::make_unique<FakeExecutor>(eo);
+  SchedulerOptions bad = WindowOptions(8, microseconds(0));
+  bad.mapped_staging_bytes = -1;
+  auto refused = Scheduler::Create(bad, executor_.get(), &clock_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("mapped_staging_bytes"), std::string::npos)
+      << refused.status().ToString();
+}
+
+// A backlog past the working set stays in the staging within mapped_staging_bytes (every request
+// reaches the executor as kDevice); with the working set only, part of it goes on the heap (kHost).
+TEST_F(SchedulerTest, BacklogWithinMappedStagingBytesStaysStaged) {
+  FakeExecutorOptions eo;
+  eo.offer_staging_memory = true;
+  constexpr int kBacklog = 1200;  // past the working set's 544 records
+  for (const std::int64_t budget : {std::int64_t{4} << 20, std::int64_t{0}}) {
+    SchedulerOptions o = WindowOptions(8, microseconds(0));
+    o.mapped_staging_bytes = budget;
+    Make(o, eo);
+    executor_->Pause();
+    std::vector<ResultFuture> futures;
+    for (int i = 0; i < kBacklog; ++i) {
+      futures.push_back(SubmitOk(Request(static_cast<std::uint64_t>(i), i % 64, (i / 64) % 4)));
+    }
+    executor_->Resume();
+    for (ResultFuture& f : futures) {
+      DecodeResult r = Get(f);
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    }
+    int device = 0, host = 0;
+    for (const RecordedBatch& b : executor_->batches()) {
+      for (const auto& r : b.requests) (r.memory == runtime::MemoryKind::kDevice ? device : host)++;
+    }
+    EXPECT_EQ(device + host, kBacklog);
+    if (budget > 0) {
+      EXPECT_EQ(host, 0) << "a backlog within mapped_staging_bytes went on the heap";
+    } else {
+      EXPECT_GT(host, 0) << "a backlog past the working set stayed staged with no budget";
+    }
+    scheduler_.reset();
+  }
+}
+
 // TensorMemory::kDevice: the caller's buffers go to the executor as they are (nothing copied,
 // nothing scanned on the host, the output written in place, none returned).
 TEST_F(SchedulerTest, DeviceMemoryRequestsAreReadAndWrittenInPlace) {

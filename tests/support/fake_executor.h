@@ -66,12 +66,15 @@ class FakeStagingMemory final : public runtime::StagingMemory {
     void* p = ::operator new(bytes);
     ranges_.Add(p, bytes);
     allocations_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
     return p;
   }
   void Free(void* p) override {
     ranges_.Remove(p);
     ::operator delete(p);
   }
+  // Bytes handed out so far (frees not subtracted).
+  std::size_t allocated_bytes() const { return bytes_.load(std::memory_order_relaxed); }
   bool Contains(const void* p) const { return ranges_.Contains(p); }
   int allocations() const { return allocations_.load(std::memory_order_relaxed); }
   std::size_t live() const { return ranges_.size(); }
@@ -79,6 +82,7 @@ class FakeStagingMemory final : public runtime::StagingMemory {
  private:
   runtime::AddressRanges ranges_;
   std::atomic<int> allocations_{0};
+  std::atomic<std::size_t> bytes_{0};
 };
 
 struct RecordedRequest {
