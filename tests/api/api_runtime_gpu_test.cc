@@ -351,6 +351,12 @@ TEST(RuntimeCreateTest, RejectsBadOptionsNamingTheField) {
   r = Runtime::Create(o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("kv_cache_fraction"), std::string::npos);
+  o.kv_cache_fraction = RuntimeOptions{}.kv_cache_fraction;
+  o.mapped_staging_bytes = -1;
+  r = Runtime::Create(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mapped_staging_bytes -1"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace
