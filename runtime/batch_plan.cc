@@ -2,7 +2,6 @@
 #include "runtime/batch_plan.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <string>
 
@@ -147,30 +146,6 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
     plan->live.push_back(PlannedRequest{i, token->position + 1,
                                         plan->copies.size() > copies_before, sequence});
     (r.memory == MemoryKind::kHost ? plan->any_host : plan->any_device) = true;
-  }
-}
-
-void BatchPlanner::PairSet::Reset(std::size_t n) {
-  std::size_t size = 16;
-  while (size < 2 * n) size *= 2;
-  if (size > slots_.size() || ++stamp_ == 0) {  // grown, or the stamps wrapped: start clean
-    slots_.assign(std::max(size, slots_.size()), Slot{});
-    stamp_ = 1;
-    shift_ = 64 - std::countr_zero(slots_.size());
-  }
-}
-
-bool BatchPlanner::PairSet::Insert(SequenceId id, int layer) {
-  const std::size_t mask = slots_.size() - 1;
-  // Fibonacci hashing: the product's top bits depend on every bit of the key.
-  const std::uint64_t key = (id ^ (static_cast<std::uint64_t>(layer) << 40)) * 0x9E3779B97F4A7C15ull;
-  for (std::size_t i = static_cast<std::size_t>(key >> shift_);; i = (i + 1) & mask) {
-    Slot& s = slots_[i];
-    if (s.stamp != stamp_) {
-      s = Slot{id, layer, stamp_};
-      return true;
-    }
-    if (s.id == id && s.layer == layer) return false;
   }
 }
 

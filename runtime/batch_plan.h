@@ -18,6 +18,7 @@
 #include "api/internal/mutex.h"
 #include "kvcache/kvcache.h"
 #include "runtime/executor.h"
+#include "runtime/sequence_layer_set.h"
 
 namespace attnrt::runtime {
 
@@ -187,24 +188,8 @@ class BatchPlanner {
   std::atomic<int> lost_count_{0};
   bool allow_device_memory_;
   DevicePointerCheck device_check_;
-  // The (sequence, layer) pairs of the batch being planned: open addressing over a table of at
-  // least twice the batch, reused across batches (a slot is in use when its stamp is the
-  // batch's), so planning allocates nothing per request.
-  class PairSet {
-   public:
-    void Reset(std::size_t n);                  // empty, with room for n pairs
-    bool Insert(SequenceId id, int layer);      // false when the pair is already in
-   private:
-    struct Slot {
-      SequenceId id = 0;
-      int layer = 0;
-      std::uint32_t stamp = 0;
-    };
-    std::vector<Slot> slots_;
-    std::uint32_t stamp_ = 0;
-    int shift_ = 64;  // 64 - log2(slots_.size())
-  };
-  PairSet seen_ GUARDED_BY(table_mu_);
+  // The (sequence, layer) pairs of the batch being planned.
+  SequenceLayerSet seen_ GUARDED_BY(table_mu_);
 };
 
 }  // namespace attnrt::runtime

@@ -4,7 +4,6 @@
 #include "scheduler/request_queue.h"
 
 #include <algorithm>
-#include <bit>
 #include <functional>
 
 namespace attnrt::scheduler::internal {
@@ -87,35 +86,12 @@ void PendingQueue::TakeExpired(ClockNanos now, std::vector<RequestRecord*>* out)
   }
 }
 
-bool PendingQueue::InsertKey(runtime::SequenceId sequence, int layer) {
-  const std::size_t mask = keys_.size() - 1;
-  std::uint64_t h = (sequence + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
-  h ^= static_cast<std::uint64_t>(layer) * 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-    KeyCell& cell = keys_[i];
-    if (cell.stamp != stamp_) {
-      cell = {sequence, layer, stamp_};
-      return true;
-    }
-    if (cell.sequence == sequence && cell.layer == layer) return false;
-  }
-}
-
 void PendingQueue::Select(int max, std::vector<RequestRecord*>* out) {
-  const std::size_t want = std::bit_ceil(static_cast<std::size_t>(std::max(8, 2 * max)));
-  if (keys_.size() < want) {
-    keys_.assign(want, KeyCell{0, 0, 0});
-    stamp_ = 0;
-  }
-  if (++stamp_ == 0) {  // wrapped: clear for real
-    for (KeyCell& cell : keys_) cell.stamp = 0;
-    stamp_ = 1;
-  }
+  keys_.Reset(static_cast<std::size_t>(std::max(max, 0)));
   int taken = 0;
   for (const Level& level : levels_) {
     for (RequestRecord* s = level.head; s != nullptr && taken < max; s = s->next) {
-      if (InsertKey(s->sequence_id, s->layer)) {
+      if (keys_.Insert(s->sequence_id, s->layer)) {
         out->push_back(s);
         ++taken;
       }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/sequence_layer_set.h"
 #include "scheduler/clock.h"
 #include "scheduler/request_record.h"
 
@@ -62,22 +63,13 @@ class PendingQueue {
   }
   void PopDeadline();
   void CompactDeadlines();
-  // Inserts (sequence, layer) into the selection's key set; false if already there.
-  bool InsertKey(runtime::SequenceId sequence, int layer);
 
   std::vector<Level> levels_;
   std::size_t size_ = 0;
   std::uint64_t next_token_ = 0;
   std::vector<DeadlineEntry> deadlines_;  // min-heap on deadline
   std::size_t live_deadlines_ = 0;
-  // Open-addressing key set for Select, cleared by bumping the stamp.
-  struct KeyCell {
-    runtime::SequenceId sequence;
-    int layer;
-    std::uint32_t stamp;
-  };
-  std::vector<KeyCell> keys_;
-  std::uint32_t stamp_ = 0;
+  runtime::SequenceLayerSet keys_;  // Select's pairs
 };
 
 }  // namespace attnrt::scheduler::internal
