@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "api/check.h"
+
 namespace attnrt::runtime {
 namespace {
 
@@ -149,11 +151,10 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
   }
 }
 
-Status BatchPlanner::FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const {
+Status BatchPlanner::FillBlockRow(const Batch& batch, const PlannedRequest& p,
+                                  std::int32_t* row) const {
   MutexLock lock(&table_mu_);
-  StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
-  if (!blocks.ok()) return blocks.status();
-  return FillBlockRowLocked(id, *blocks, kv_length, row);
+  return FillBlockRowLocked(batch, p, row);
 }
 
 void BatchPlanner::FillBlockRows(const Batch& batch, std::span<const PlannedRequest> planned,
@@ -162,28 +163,22 @@ void BatchPlanner::FillBlockRows(const Batch& batch, std::span<const PlannedRequ
   MutexLock lock(&table_mu_);
   for (std::size_t i = 0; i < planned.size(); ++i) {
     const PlannedRequest& p = planned[i];
-    const SequenceId id = batch.requests[p.index].sequence_id;
-    Status s;
-    if (p.sequence != nullptr) {
-      s = FillBlockRowLocked(id, table_->Blocks(*p.sequence), p.kv_length, rows + i * row_stride);
-    } else if (StatusOr<std::span<const kvcache::BlockId>> blocks = table_->Blocks(id);
-               blocks.ok()) {
-      s = FillBlockRowLocked(id, *blocks, p.kv_length, rows + i * row_stride);
-    } else {
-      s = blocks.status();
-    }
+    Status s = FillBlockRowLocked(batch, p, rows + i * row_stride);
     if (!s.ok()) (*statuses)[p.index] = std::move(s);
   }
 }
 
-Status BatchPlanner::FillBlockRowLocked(SequenceId id, std::span<const kvcache::BlockId> blocks,
-                                        int kv_length, std::int32_t* row) const {
+Status BatchPlanner::FillBlockRowLocked(const Batch& batch, const PlannedRequest& p,
+                                        std::int32_t* row) const {
+  ATTNRT_DCHECK(p.sequence != nullptr);  // Plan sets it on every planned request
+  const SequenceId id = batch.requests[p.index].sequence_id;
+  const std::span<const kvcache::BlockId> blocks = table_->Blocks(*p.sequence);
   const int bs = table_->shape().block_size;
-  const std::size_t needed = static_cast<std::size_t>((kv_length + bs - 1) / bs);
+  const std::size_t needed = static_cast<std::size_t>((p.kv_length + bs - 1) / bs);
   if (needed > blocks.size()) {
     return InternalError("sequence_id " + std::to_string(id) + " has " +
                          std::to_string(blocks.size()) + " blocks, fewer than the " +
-                         std::to_string(needed) + " its length " + std::to_string(kv_length) +
+                         std::to_string(needed) + " its length " + std::to_string(p.kv_length) +
                          " needs");
   }
   static_assert(sizeof(kvcache::BlockId) == sizeof(std::int32_t), "block ids are int32");

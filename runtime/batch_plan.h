@@ -102,9 +102,11 @@ class BatchPlanner {
   // plan->live. A request that fails has a non-OK status and leaves the table untouched.
   void Plan(const Batch& batch, BatchPlan* plan) EXCLUDES(table_mu_);
 
-  // Writes the block ids a request of `kv_length` tokens reads (ceil(kv_length / block_size))
-  // into `row`; the rest of the row is left as is (kernels never read past kv_length).
-  Status FillBlockRow(SequenceId id, int kv_length, std::int32_t* row) const EXCLUDES(table_mu_);
+  // Writes the block ids planned request `p` (of `batch`) reads, ceil(p.kv_length / block_size)
+  // of its sequence's entry, into `row`; the rest of the row is left as is (kernels never read
+  // past kv_length).
+  Status FillBlockRow(const Batch& batch, const PlannedRequest& p, std::int32_t* row) const
+      EXCLUDES(table_mu_);
   // FillBlockRow for each of `planned` (requests of `batch`) into rows + i * row_stride, under
   // one lock; a row that cannot be filled (cannot happen after a successful AppendToken) sets
   // (*statuses)[planned[i].index] to why.
@@ -155,8 +157,8 @@ class BatchPlanner {
   };
 
   // The Status a request or prefill of (id, layer) gets, or OK.
-  Status FillBlockRowLocked(SequenceId id, std::span<const kvcache::BlockId> blocks,
-                            int kv_length, std::int32_t* row) const REQUIRES(table_mu_);
+  Status FillBlockRowLocked(const Batch& batch, const PlannedRequest& p, std::int32_t* row) const
+      REQUIRES(table_mu_);
   Status LostTokenStatus(SequenceId id, int layer) const REQUIRES(table_mu_);
   void MarkTokenLost(SequenceId id, int layer, int position, const Status& cause)
       EXCLUDES(table_mu_);

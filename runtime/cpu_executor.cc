@@ -76,8 +76,7 @@ Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
   job->block_tables.assign(job->plan.live.size() * static_cast<std::size_t>(mb), -1);
   for (const PlannedRequest& p : job->plan.live) {
     const BatchRequest& r = batch.requests[p.index];
-    Status row = planner_.FillBlockRow(r.sequence_id, p.kv_length,
-                                       job->block_tables.data() + live.size() * mb);
+    Status row = planner_.FillBlockRow(batch, p, job->block_tables.data() + live.size() * mb);
     if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
       job->plan.statuses[p.index] = row;
       continue;
