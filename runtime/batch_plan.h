@@ -16,9 +16,9 @@
 
 #include <attnrt/status.h>
 #include "api/internal/mutex.h"
+#include "api/internal/sequence_layer_set.h"
 #include "kvcache/kvcache.h"
 #include "runtime/executor.h"
-#include "runtime/sequence_layer_set.h"
 
 namespace attnrt::runtime {
 
@@ -191,7 +191,7 @@ class BatchPlanner {
   bool allow_device_memory_;
   DevicePointerCheck device_check_;
   // The (sequence, layer) pairs of the batch being planned.
-  SequenceLayerSet seen_ GUARDED_BY(table_mu_);
+  attnrt::internal::SequenceLayerSet seen_ GUARDED_BY(table_mu_);
 };
 
 }  // namespace attnrt::runtime

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/sequence_layer_set.h"
+#include "api/internal/sequence_layer_set.h"
 #include "scheduler/clock.h"
 #include "scheduler/request_record.h"
 
@@ -69,7 +69,7 @@ class PendingQueue {
   std::uint64_t next_token_ = 0;
   std::vector<DeadlineEntry> deadlines_;  // min-heap on deadline
   std::size_t live_deadlines_ = 0;
-  runtime::SequenceLayerSet keys_;  // Select's pairs
+  attnrt::internal::SequenceLayerSet keys_;  // Select's pairs
 };
 
 }  // namespace attnrt::scheduler::internal

@@ -14,7 +14,7 @@
 
 #include <attnrt/config.h>
 
-namespace attnrt::runtime {
+namespace attnrt::internal {
 
 class SequenceLayerSet {
  public:
@@ -53,4 +53,4 @@ class SequenceLayerSet {
   std::uint32_t stamp_ = 0;
 };
 
-}  // namespace attnrt::runtime
+}  // namespace attnrt::internal
