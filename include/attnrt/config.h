@@ -117,7 +117,7 @@ inline constexpr int kCompletionThreads = 2;
 // executor with RuntimeOptions::stage_in_mapped_memory): at 70% load a stall of the batching
 // path past the working set's records (the batches in flight and two forming) put the backlog on
 // the heap, whose pieces take the slower copy path, and the runtime stayed behind its load
-// (H100, 2026-11-27: p99 0.28-1.5 ms with every piece staged, 12-155 ms with most on the heap).
+// (H100, 2026-11-27: p99 0.28-1.5 ms with every piece staged, 12-246 ms with 26-99% of them on the heap).
 // 128 MiB holds ~6,500 requests of H32 Hkv8 D128, ~10 ms of 600 k requests/s.
 inline constexpr std::int64_t kMappedStagingBytes = std::int64_t{128} << 20;
 // The batching thread polls this long for new work before it blocks: a request arriving within
