@@ -151,13 +151,20 @@ StatusOr<int> LayerLength(const std::int32_t* row, int num_layers, int layer, Se
   return row[0];
 }
 
+// An append's arguments, checked before the sequence is looked up (so they are named first).
+Status CheckAppendArguments(const ModelShape& shape, int layer, int n,
+                            const std::vector<BlockCopy>* copies) {
+  if (copies == nullptr) return InvalidArgumentError("copies is null");
+  ATTNRT_RETURN_IF_ERROR(CheckLayer(shape, layer));
+  if (n < 1) return InvalidArgumentError("n = " + std::to_string(n) + ", expected >= 1");
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<int> SequenceTable::Append(SequenceId id, int layer, int n,
                                     std::vector<BlockCopy>* copies) {
-  if (copies == nullptr) return InvalidArgumentError("copies is null");
-  ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
-  if (n < 1) return InvalidArgumentError("n = " + std::to_string(n) + ", expected >= 1");
+  ATTNRT_RETURN_IF_ERROR(CheckAppendArguments(shape_, layer, n, copies));
   Sequence* seq = Find(id);
   if (seq == nullptr) return NotFoundError(SeqText(id) + " not found");
   return AppendImpl(*seq, id, layer, n, copies);
@@ -266,9 +273,7 @@ StatusOr<TokenPosition> SequenceTable::AppendToken(SequenceId id, int layer,
                                                    std::vector<BlockCopy>* copies) {
   Sequence* seq = Find(id);
   if (seq == nullptr) {
-    // The argument checks first, as Append.
-    if (copies == nullptr) return InvalidArgumentError("copies is null");
-    ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
+    ATTNRT_RETURN_IF_ERROR(CheckAppendArguments(shape_, layer, 1, copies));
     return NotFoundError(SeqText(id) + " not found");
   }
   return AppendToken(*seq, id, layer, copies);
@@ -276,8 +281,7 @@ StatusOr<TokenPosition> SequenceTable::AppendToken(SequenceId id, int layer,
 
 StatusOr<TokenPosition> SequenceTable::AppendToken(Sequence& seq, SequenceId id, int layer,
                                                    std::vector<BlockCopy>* copies) {
-  if (copies == nullptr) return InvalidArgumentError("copies is null");
-  ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
+  ATTNRT_RETURN_IF_ERROR(CheckAppendArguments(shape_, layer, 1, copies));
   ATTNRT_ASSIGN_OR_RETURN(const int position, AppendImpl(seq, id, layer, 1, copies));
   TokenPosition token;
   token.block = seq.blocks[static_cast<std::size_t>(position / shape_.block_size)];

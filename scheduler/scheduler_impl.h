@@ -125,8 +125,10 @@ class Scheduler::Impl final : public ClockListener {
         static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim,
         static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim,
         static_cast<std::size_t>(shape.num_q_heads));
-    const std::size_t budget = static_cast<std::size_t>(std::max<std::int64_t>(o.mapped_staging_bytes, 0)) / stride;
-    const std::size_t most = working_set + static_cast<std::size_t>(std::max(o.max_queue_size, 0));
+    const std::size_t budget =
+        static_cast<std::size_t>(std::max<std::int64_t>(o.mapped_staging_bytes, 0)) / stride;
+    const std::size_t most =
+        working_set + static_cast<std::size_t>(std::max(o.max_queue_size, 0));
     return std::max(working_set, std::min(budget, most));
   }
 
