@@ -41,6 +41,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -299,7 +300,12 @@ LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false,
 // paged cache of kContext tokens, D2H of out + lse, stream sync, as one graph. Each replay
 // reads another layer (32 x 8 MiB of K/V, far more than L2), as the B=1 rows do. What a B=1
 // step costs the GPU and PCIe with no host work at all: the bound the Runtime's row can reach.
-LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNodes) {
+// `order_events`: the step between an event wait node and an event record node, as the
+// executor's pipelined graphs order their computes (CudaExecutor::Impl::AddComputeOrderNodes);
+// `await`: how the replay is awaited (an event record + sync or poll, as the executor's
+// completer waits for a piece's `done`).
+LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNodes,
+                                 bool order_events = false, Await await = Await::kStreamSync) {
   ModelShape shape;
   shape.num_layers = 32;
   shape.num_q_heads = kHeads;
@@ -379,15 +385,32 @@ LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNode
   const std::size_t copy_in = io == StepIo::kZeroCopy       ? 0
                               : io == StepIo::kZeroCopyData ? (meta_bytes + 15) / 16 * 16
                                                             : rt.in_bytes;
+  cudaEvent_t previous = nullptr, computed = nullptr;
+  if (order_events) {
+    Check(cudaEventCreateWithFlags(&previous, cudaEventDisableTiming), "event");
+    Check(cudaEventCreateWithFlags(&computed, cudaEventDisableTiming), "event");
+    Check(cudaEventRecord(previous, rt.stream), "event record");
+  }
   rt.Capture(io != StepIo::kMemcpyNodes, [&](cudaStream_t stream) {
+    if (order_events) {
+      Check(cudaStreamWaitEvent(stream, previous, cudaEventWaitExternal), "event wait node");
+    }
     if (Status s = variant.run(*plan, batch, pools, ws, kernels::DecodeRunContext{stream, nullptr});
         !s.ok()) {
       Die("decode run: " + s.ToString());
     }
+    if (order_events) {
+      Check(cudaEventRecordWithFlags(computed, stream, cudaEventRecordExternal),
+            "event record node");
+    }
   }, copy_in, /*copy_out=*/!zero_copy_data);
   const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations, [&](int i) {
     meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
-  });
+  }, await);
+  if (order_events) {
+    cudaEventDestroy(previous);
+    cudaEventDestroy(computed);
+  }
   // The step ran: its output is a softmax-weighted mean of N(0,1) V rows (finite, |x| < 8).
   const Half* out = reinterpret_cast<const Half*>(rt.h_out);
   for (std::size_t i = 0; i < qn; ++i) {
@@ -1183,6 +1206,15 @@ int Run(const Options& o) {
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the step, copy kernels",
                 floor_decode_kernel_copies.p50, floor_decode_kernel_copies.p99,
                 floor_decode_kernel_copies.p50 / floor1.p50);
+    // What the executor's B=1 graph and wait add to that step: the compute-order event nodes
+    // (all but the solo graph have them) and a `done` event recorded and awaited.
+    for (const auto& [order, await, name] :
+         {std::tuple{true, Await::kStreamSync, "  step, copy kernels, order nodes"},
+          std::tuple{false, Await::kEventSync, "  step, copy kernels, done event"},
+          std::tuple{true, Await::kEventSync, "  step, copy kernels, both"}}) {
+      const LatencyUs l = MeasureFloorWithDecode(iters, StepIo::kCopyKernels, order, await);
+      std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
+    }
     for (const auto& [io, name] : {std::pair{StepIo::kZeroCopyData, "  step, zero-copy q/k/v/out"},
                                    std::pair{StepIo::kZeroCopy, "  step, zero-copy everything"}}) {
       const LatencyUs l = MeasureFloorWithDecode(iters, io);

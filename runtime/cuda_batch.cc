@@ -118,7 +118,12 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
     if (status.ok()) {
       if (options.mode == LaunchMode::kGraph) {
         CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.buffer);
-        if (e.host_only()) {
+        if (e.host_only() && piece.solo && g.solo_exec.get() != nullptr) {
+          status = CudaStatus(cudaGraphLaunch(g.solo_exec.get(), st), "cudaGraphLaunch(solo)",
+                              __FILE__, __LINE__);
+          piece.stream_wait = status.ok();
+          piece.timings.solo = piece.stream_wait;
+        } else if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
         } else if (e.device_only() && (piece.device_rows_aligned ||
@@ -140,6 +145,8 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
   }
   // A failed launch may have queued no compute (and no record of `computed`).
   if (!piece.launch_status.ok()) ForwardComputeOrder(piece.buffer);
+  // A solo piece is awaited by a stream sync: no `done` to record (but for its GPU time).
+  if (piece.stream_wait && !options.record_timings) return;
   // Recorded even after a failed launch: whatever did get queued still uses the buffer.
   piece.event_recorded = cudaEventRecord(buf.done.get(), st) == cudaSuccess;
   if (!piece.event_recorded && piece.launch_status.ok()) {
@@ -266,6 +273,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
     piece.timings.plan_us = i == 0 ? b.plan_us : 0.0;
     piece.timings.queue_us = i == 0 ? queue_us : 0.0;
     piece.timings.requests = piece.count;
+    piece.solo = completer == Completer::kCaller;
     if (piece.count > 0) {
       piece.bucket_index = static_cast<int>(
           std::lower_bound(options.buckets.begin(), options.buckets.end(), piece.count) -

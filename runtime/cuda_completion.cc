@@ -78,16 +78,22 @@ void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows
   Status status = piece.launch_status;
   if (piece.buffer >= 0) {
     PipelineBuffer& buf = buffers[piece.buffer];
-    if (piece.event_recorded) {
+    if (piece.event_recorded || piece.stream_wait) {
       const cudaError_t err =
-          step_estimates != nullptr
+          piece.stream_wait       ? cudaStreamSynchronize(buf.stream.get())
+          : step_estimates != nullptr
               ? step_estimates->Wait(buf.done.get(),
                                      static_cast<std::size_t>(piece.path) * num_buckets() +
                                          piece.bucket_index,
                                      piece.launched_at)
               : cudaEventSynchronize(buf.done.get());
-      if (status.ok()) status = CudaStatus(err, "cudaEventSynchronize(piece done)", __FILE__, __LINE__);
-      if (err == cudaSuccess && options.record_timings && piece.launch_status.ok()) {
+      if (status.ok()) {
+        status = CudaStatus(err, piece.stream_wait ? "cudaStreamSynchronize(solo piece)"
+                                                   : "cudaEventSynchronize(piece done)",
+                            __FILE__, __LINE__);
+      }
+      if (err == cudaSuccess && piece.event_recorded && options.record_timings &&
+          piece.launch_status.ok()) {
         float ms = 0.0f;
         if (cudaEventElapsedTime(&ms, buf.start.get(), buf.done.get()) == cudaSuccess) {
           piece.timings.gpu_us = ms * 1000.0;

@@ -149,6 +149,8 @@ struct PieceTimings {
   // The previous piece had completed when this one was launched (record_timings): the GPU sat
   // idle, and gpu_us includes the launch's own latency.
   bool launched_into_idle_stream = false;
+  // Run's caller completed it on the solo graph (no compute-order events, a stream sync).
+  bool solo = false;
 };
 
 // Thread safety: as Executor. Submit plans a batch on the calling thread; a launcher thread

@@ -154,12 +154,16 @@ struct NodeEnables {
 // (AddHostGraph, AddDeviceGraph): no disabled nodes on their launch path (H100, B=1: the
 // general graph with its three disabled nodes launched slower than the same work eager). In
 // buckets whose staging is at most kernel_copy_max_bytes each way their pinned <-> device copies
-// are copy kernels, not memcpy nodes (B=1: 26 vs 35 us per executor step).
+// are copy kernels, not memcpy nodes (B=1: 26 vs 35 us per executor step). The smallest
+// bucket also has `solo_exec`: the host-memory graph without the compute-order event nodes, for
+// a piece its caller awaits before anything else launches (Run's inline pieces: Piece::solo).
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;
   Graph host_graph;
   GraphExec host_exec;
+  Graph solo_graph;    // smallest bucket only
+  GraphExec solo_exec;
   Graph device_graph;
   GraphExec device_exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
@@ -208,6 +212,12 @@ struct Piece {
   bool device_rows_aligned = true;
   Status launch_status;
   bool event_recorded = false;
+  // Completed by Run's caller before anything else launches (Completer::kCaller): a host-memory
+  // piece of the smallest bucket then runs CapturedGraph::solo_exec, records no `done` (unless
+  // record_timings) and is awaited by a stream sync (`stream_wait`). Nothing can launch before
+  // it completes, so no later compute needs its `computed` record.
+  bool solo = false;
+  bool stream_wait = false;
   Clock::time_point launched_at;  // after the launch returned
   PieceTimings timings;
 };
@@ -383,8 +393,10 @@ struct CudaExecutor::Impl {
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
   // From a clone of the captured compute graph, the host-memory graph: H2D (metadata + q/k/v)
-  // -> append + decode -> D2H.
-  Status AddHostGraph(cudaGraph_t compute, int bucket, int buffer, Graph* graph, GraphExec* exec);
+  // -> append + decode -> D2H; with `compute_order` (all but solo_exec) the compute between the
+  // wait for the previous buffer's `computed` and the record of this one's.
+  Status AddHostGraph(cudaGraph_t compute, int bucket, int buffer, bool compute_order,
+                      Graph* graph, GraphExec* exec);
   // The bucket whose plan runs each row chunk of `bucket`'s device-memory graph
   // (CudaExecutorOptions::device_io_chunk_rows): `bucket` itself for one chunk.
   int ChunkBucket(int path, int bucket) const;

@@ -159,7 +159,12 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_RETURN_IF_ERROR(enqueued);
   ATTNRT_CUDA_RETURN(ended);
   cudaGraph_t graph = g->graph.get();
-  ATTNRT_RETURN_IF_ERROR(AddHostGraph(graph, bucket, buffer, &g->host_graph, &g->host_exec));
+  ATTNRT_RETURN_IF_ERROR(
+      AddHostGraph(graph, bucket, buffer, /*compute_order=*/true, &g->host_graph, &g->host_exec));
+  if (bucket == 0) {
+    ATTNRT_RETURN_IF_ERROR(AddHostGraph(graph, bucket, buffer, /*compute_order=*/false,
+                                        &g->solo_graph, &g->solo_exec));
+  }
   ATTNRT_RETURN_IF_ERROR(
       AddDeviceGraph(path, bucket, buffer, &g->device_graph, &g->device_exec));
 
@@ -197,14 +202,16 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
 }
 
 Status CudaExecutor::Impl::AddHostGraph(cudaGraph_t compute, int bucket, int buffer,
-                                        Graph* graph, GraphExec* exec) {
+                                        bool compute_order, Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
   cudaGraph_t raw = nullptr;
   ATTNRT_CUDA_RETURN(cudaGraphClone(&raw, compute));
   *graph = Graph::Adopt(raw);
   ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
-  ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(raw, shape.roots, shape.leaves, buffer));
+  if (compute_order) {
+    ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(raw, shape.roots, shape.leaves, buffer));
+  }
   cudaGraphNode_t h2d = nullptr, d2h = nullptr;
   ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
                                         l.in_bytes, CopiesByKernel(l.in_bytes, l.out_bytes),

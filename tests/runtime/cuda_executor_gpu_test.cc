@@ -657,6 +657,54 @@ TEST_F(CudaExecutorGpuTest, RunCompletesOnTheCallingThreadAndMatches) {
   }
 }
 
+// Run's pieces of the smallest bucket take the solo graph (no compute-order events; awaited by
+// a stream sync, so later computes must not need their `computed` record): runs of one
+// request alternate with pipelined Submits of several batches on the same sequences, for more
+// rounds than there are buffers, so every buffer's solo and ordered graphs follow each other;
+// every result matches the per-sequence reference in order, and exactly the runs of one were
+// solo.
+TEST_F(CudaExecutorGpuTest, SoloRunsBetweenPipelinedBatchesKeepTheOrder) {
+  CudaExecutorOptions o = Options();
+  o.record_timings = true;
+  auto ex = Make(o);
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 919);
+  w.AddSequences(4, 30);  // few sequences: every batch appends to the ones the runs read
+  std::vector<std::vector<OwnedRequest>> submitted;
+  std::vector<std::vector<Status>> statuses(40);
+  constexpr int kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<OwnedRequest> one = w.MakeBatch(1);
+    StatusOr<std::vector<Status>> st = ex->Run(RandomWorkload::ToBatch(one));
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    ASSERT_EQ(st->size(), 1u);
+    ASSERT_TRUE((*st)[0].ok()) << (*st)[0].ToString();
+    EXPECT_TRUE(MatchesExpected(one[0])) << "run of round " << round;
+    for (int k = 0; k < 3; ++k) {  // three batches in flight when the next Run waits for them
+      const int b = static_cast<int>(submitted.size());
+      submitted.push_back(w.MakeBatch(w.rng().NextInt(2, 4)));
+      ASSERT_TRUE(ex->Submit(RandomWorkload::ToBatch(submitted.back()),
+                             [&, b](std::vector<Status> r) { statuses[b] = std::move(r); })
+                      .ok());
+    }
+  }
+  ex->Wait();
+  for (std::size_t b = 0; b < submitted.size(); ++b) {
+    ASSERT_EQ(statuses[b].size(), submitted[b].size());
+    for (std::size_t i = 0; i < submitted[b].size(); ++i) {
+      ASSERT_TRUE(statuses[b][i].ok()) << statuses[b][i].ToString();
+      EXPECT_TRUE(MatchesExpected(submitted[b][i])) << "batch " << b << " request " << i;
+    }
+  }
+  int solo = 0, solo_of_one = 0;
+  for (const PieceTimings& t : ex->TakeTimings()) {
+    solo += t.solo;
+    solo_of_one += t.solo && t.requests == 1;
+  }
+  EXPECT_EQ(solo, kRounds);
+  EXPECT_EQ(solo_of_one, kRounds);
+}
+
 // Batches submitted back to back (more than the pipeline buffers) without waiting, including forks with
 // copy-on-write in between: per-sequence order holds and every result matches.
 TEST_F(CudaExecutorGpuTest, PipelinedBatchesAndForksMatch) {
