@@ -3,6 +3,8 @@
 // launcher thread (inline when nothing else is in flight).
 #include "runtime/cuda_executor_impl.h"
 
+#include <utility>
+
 #include "api/check.h"
 #include "api/internal/thread_name.h"
 
@@ -121,8 +123,8 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
         if (e.host_only() && piece.solo && g.solo_exec.get() != nullptr) {
           status = CudaStatus(cudaGraphLaunch(g.solo_exec.get(), st), "cudaGraphLaunch(solo)",
                               __FILE__, __LINE__);
-          piece.stream_wait = status.ok();
-          piece.timings.solo = piece.stream_wait;
+          piece.timings.solo = status.ok();
+          piece.stream_wait = status.ok() && piece.caller_completes;
         } else if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
@@ -216,7 +218,7 @@ Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done, Completer compl
     }
   }
   if (run_inline) {
-    LaunchBatch(state, completer);
+    LaunchBatch(state, completer, /*gpu_idle=*/true);
     MutexLock lock(&mu);
     launching = false;
     // Nobody waits for this end: the launcher sleeps on an empty queue, and WaitLaunched's
@@ -250,8 +252,21 @@ void CudaExecutor::Impl::LauncherLoop() {
   }
 }
 
+void CudaExecutor::Impl::WaitForUnorderedSolo(int buffer) {
+  if (unordered_buffer < 0) return;
+  const int solo = std::exchange(unordered_buffer, -1);
+  if (solo == buffer) return;  // one stream: in order already
+  if (cudaStreamWaitEvent(buffers[buffer].stream.get(), buffers[solo].done.get(), 0) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    Logger().error("cuda executor: could not order a piece after the solo piece before it; "
+                   "waiting for that one");
+    (void)cudaStreamSynchronize(buffers[solo].stream.get());
+  }
+}
+
 void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
-                                     Completer completer) {
+                                     Completer completer, bool gpu_idle) {
   BatchState& b = *state;
   const double queue_us = MicrosSince(b.queued_at);
   const int n = b.plan.copies_applied ? static_cast<int>(b.plan.live.size()) : 0;
@@ -273,7 +288,9 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
     piece.timings.plan_us = i == 0 ? b.plan_us : 0.0;
     piece.timings.queue_us = i == 0 ? queue_us : 0.0;
     piece.timings.requests = piece.count;
-    piece.solo = completer == Completer::kCaller;
+    piece.caller_completes = completer == Completer::kCaller;
+    // Run's pieces each complete before the next launches.
+    piece.solo = piece.caller_completes || (gpu_idle && i == 0);
     if (piece.count > 0) {
       piece.bucket_index = static_cast<int>(
           std::lower_bound(options.buckets.begin(), options.buckets.end(), piece.count) -
@@ -292,6 +309,8 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
       const Clock::time_point t_launch = Clock::now();
       piece.timings.pack_us = std::chrono::duration<double, std::micro>(t_launch - t_pack).count();
       StatusOr<int> path = ChoosePath(piece.bucket_index, max_kv_length);
+      // Before anything is queued on this stream, ForwardComputeOrder's record included.
+      WaitForUnorderedSolo(piece.buffer);
       Status ready;
       if (path.ok() && b.batch.ready_event != nullptr) {
         ready = CudaStatus(cudaStreamWaitEvent(buffers[piece.buffer].stream.get(),
@@ -315,6 +334,13 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
         Launch(piece, e);
         piece.launched_at = Clock::now();
         if (piece.event_recorded) last_launched_buffer = piece.buffer;
+        if (piece.timings.solo && !piece.caller_completes) {
+          if (piece.event_recorded) {
+            unordered_buffer = piece.buffer;
+          } else {
+            (void)cudaStreamSynchronize(buffers[piece.buffer].stream.get());  // failed anyway
+          }
+        }
       }
       piece.timings.launch_us = MicrosSince(t_launch);
     }

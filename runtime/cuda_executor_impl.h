@@ -155,8 +155,9 @@ struct NodeEnables {
 // general graph with its three disabled nodes launched slower than the same work eager). In
 // buckets whose staging is at most kernel_copy_max_bytes each way their pinned <-> device copies
 // are copy kernels, not memcpy nodes (B=1: 26 vs 35 us per executor step). The smallest
-// bucket also has `solo_exec`: the host-memory graph without the compute-order event nodes, for
-// a piece its caller awaits before anything else launches (Run's inline pieces: Piece::solo).
+// bucket also has `solo_exec`: the host-memory graph without the compute-order event nodes
+// (H100, B=1: 1.5 us of the step), for a piece launched while the GPU has nothing of ours
+// (Piece::solo).
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;
@@ -212,11 +213,15 @@ struct Piece {
   bool device_rows_aligned = true;
   Status launch_status;
   bool event_recorded = false;
-  // Completed by Run's caller before anything else launches (Completer::kCaller): a host-memory
-  // piece of the smallest bucket then runs CapturedGraph::solo_exec, records no `done` (unless
-  // record_timings) and is awaited by a stream sync (`stream_wait`). Nothing can launch before
-  // it completes, so no later compute needs its `computed` record.
+  // Launched while no other piece can be running (the first piece of a batch launched inline,
+  // or any piece of Run's): a host-memory piece of the smallest bucket then runs
+  // CapturedGraph::solo_exec, which neither waits for the previous compute (there is none) nor
+  // records `computed`: the next piece launched waits for its `done` instead
+  // (Impl::unordered_buffer), or, for Run's pieces (`caller_completes`), the caller awaits it
+  // by a stream sync (`stream_wait`, no `done` unless record_timings) before anything else can
+  // launch.
   bool solo = false;
+  bool caller_completes = false;
   bool stream_wait = false;
   Clock::time_point launched_at;  // after the launch returned
   PieceTimings timings;
@@ -329,6 +334,9 @@ struct CudaExecutor::Impl {
   CondVar launch_cv;  // to_launch gained a batch, or a LaunchBatch ended
   int next_buffer = 0;  // whichever thread runs LaunchBatch (one at a time: `launching`)
   int last_launched_buffer = -1;  // likewise: the buffer of the piece launched last
+  // Likewise: the buffer of a solo piece (Piece::solo) whose compute the next piece launched
+  // must wait for, through its `done` (WaitForUnorderedSolo); -1: none.
+  int unordered_buffer = -1;
   std::vector<int> caller_copy_rows;  // CompletePiece's scratch on Run's caller (one at a time)
   bool stop GUARDED_BY(mu) = false;
   ExecutorStats stats GUARDED_BY(mu);
@@ -427,8 +435,12 @@ struct CudaExecutor::Impl {
   Status Submit(Batch batch, BatchDoneFn done, Completer completer = Completer::kThread);
   // Cuts a planned batch into pieces; packs, launches and queues each for the completion thread
   // (or completes it on this thread: kCaller).
+  // `gpu_idle`: no earlier batch is pending (launched inline), so its first piece may be solo.
   void LaunchBatch(const std::shared_ptr<BatchState>& state,
-                   Completer completer = Completer::kThread);
+                   Completer completer = Completer::kThread, bool gpu_idle = false);
+  // Orders the compute of the piece about to launch on `buffer` after the solo piece launched
+  // before it, if any (Piece::solo).
+  void WaitForUnorderedSolo(int buffer);
   void LauncherLoop();
   // Returns once every planned batch is launched (sequence calls, copy-on-write, SelectPath:
   // with the submission lock held, no new plan can start meanwhile).
