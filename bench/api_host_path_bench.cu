@@ -75,6 +75,8 @@ struct Options {
   // packed into the step's staging, alternating, twice (--staging-ab; not part of the summary).
   bool staging_ab = false;
   bool lone_ab = false;  // --lone-ab
+  // The saturation executors' CudaExecutorOptions::record_timings (--untimed-saturation).
+  bool saturation_timings = true;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
   // The saturation schedulers' SchedulerOptions::mapped_staging_bytes.
@@ -467,6 +469,9 @@ struct Variation {
   // RuntimeOptions::stage_in_mapped_memory (CudaExecutorOptions::offer_staging_memory).
   bool stage_in_mapped_memory = RuntimeOptions{}.stage_in_mapped_memory;
   int pack_threads = -1;  // CudaExecutorOptions of the saturation executors (not the Runtime rows)
+  // Their record_timings: the per-piece breakdown, at the cost of a start event, an event query
+  // and an elapsed-time read per piece (--untimed-saturation: off, as a Runtime runs).
+  bool record_timings = true;
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;  // their schedulers'
   std::string Name() const {
@@ -483,6 +488,7 @@ struct Variation {
 // `v` with the command line's saturation executor options.
 Variation ForSaturation(const Options& o, Variation v) {
   v.pack_threads = o.pack_threads;
+  v.record_timings = o.saturation_timings;
   v.buffers = o.buffers;
   v.mapped_staging_bytes = o.mapped_staging_bytes;
   return v;
@@ -1081,7 +1087,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   co.shape = shape;
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
   co.max_batch_size = batch;
-  co.record_timings = true;  // where a step's host time goes, capacity run vs scheduler run
+  co.record_timings = variation.record_timings;  // where a step's host time goes
   co.sleep_through_steps = variation.sleep_through_steps;
   co.pack_threads = variation.pack_threads;
   co.num_buffers = variation.buffers;
@@ -1383,7 +1389,8 @@ int Run(const Options& o) {
                "\"bound_b128_us\": %.1f,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
-               "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f}\n",
+               "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
+               " \"saturation_piece_timings\": %s}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
@@ -1395,7 +1402,8 @@ int Run(const Options& o) {
                host_device.submit_us, s32.ratio, s128.ratio,
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us, s32.capacity,
                s128.capacity,
-               s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity);
+               s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,
+               o.saturation_timings ? "true" : "false");
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
   return 0;
@@ -1441,6 +1449,8 @@ int main(int argc, char** argv) {
           "  --lone-ab        also: a lone piece of 128 staged requests through Executor::Run, a\n"
           "                   lone host-memory piece, and each side of the staged one alone\n"
           "                   (compute off; copies off), twice\n"
+          "  --untimed-saturation  the saturation executors record no per-piece timings (no\n"
+          "                   breakdown lines; the launch path as a Runtime runs it)\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
           "                   default: CudaExecutorOptions::num_buffers)\n"
@@ -1460,6 +1470,8 @@ int main(int argc, char** argv) {
     } else if (a == "--b1-only") {
       o.b1 = true;
       o.host = o.saturation = false;
+    } else if (a == "--untimed-saturation") {
+      o.saturation_timings = false;
     } else if (a == "--pack-threads") {
       o.pack_threads = std::atoi(value("--pack-threads").c_str());
     } else if (a == "--buffers") {
