@@ -123,8 +123,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
         if (e.host_only() && piece.solo && g.solo_exec.get() != nullptr) {
           status = CudaStatus(cudaGraphLaunch(g.solo_exec.get(), st), "cudaGraphLaunch(solo)",
                               __FILE__, __LINE__);
-          piece.timings.solo = status.ok();
-          piece.stream_wait = status.ok() && piece.caller_completes;
+          piece.launched_solo = piece.timings.solo = status.ok();
         } else if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
@@ -148,7 +147,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
   // A failed launch may have queued no compute (and no record of `computed`).
   if (!piece.launch_status.ok()) ForwardComputeOrder(piece.buffer);
   // A solo piece is awaited by a stream sync: no `done` to record (but for its GPU time).
-  if (piece.stream_wait && !options.record_timings) return;
+  if (piece.StreamWait() && !options.record_timings) return;
   // Recorded even after a failed launch: whatever did get queued still uses the buffer.
   piece.event_recorded = cudaEventRecord(buf.done.get(), st) == cudaSuccess;
   if (!piece.event_recorded && piece.launch_status.ok()) {
@@ -334,7 +333,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
         Launch(piece, e);
         piece.launched_at = Clock::now();
         if (piece.event_recorded) last_launched_buffer = piece.buffer;
-        if (piece.timings.solo && !piece.caller_completes) {
+        if (piece.launched_solo && !piece.caller_completes) {
           if (piece.event_recorded) {
             unordered_buffer = piece.buffer;
           } else {

@@ -78,9 +78,9 @@ void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows
   Status status = piece.launch_status;
   if (piece.buffer >= 0) {
     PipelineBuffer& buf = buffers[piece.buffer];
-    if (piece.event_recorded || piece.stream_wait) {
+    if (piece.event_recorded || piece.StreamWait()) {
       const cudaError_t err =
-          piece.stream_wait       ? cudaStreamSynchronize(buf.stream.get())
+          piece.StreamWait()      ? cudaStreamSynchronize(buf.stream.get())
           : step_estimates != nullptr
               ? step_estimates->Wait(buf.done.get(),
                                      static_cast<std::size_t>(piece.path) * num_buckets() +
@@ -88,8 +88,8 @@ void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows
                                      piece.launched_at)
               : cudaEventSynchronize(buf.done.get());
       if (status.ok()) {
-        status = CudaStatus(err, piece.stream_wait ? "cudaStreamSynchronize(solo piece)"
-                                                   : "cudaEventSynchronize(piece done)",
+        status = CudaStatus(err, piece.StreamWait() ? "cudaStreamSynchronize(solo piece)"
+                                                    : "cudaEventSynchronize(piece done)",
                             __FILE__, __LINE__);
       }
       if (err == cudaSuccess && piece.event_recorded && options.record_timings &&

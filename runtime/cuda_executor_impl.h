@@ -213,16 +213,16 @@ struct Piece {
   bool device_rows_aligned = true;
   Status launch_status;
   bool event_recorded = false;
-  // Launched while no other piece can be running (the first piece of a batch launched inline,
-  // or any piece of Run's): a host-memory piece of the smallest bucket then runs
-  // CapturedGraph::solo_exec, which neither waits for the previous compute (there is none) nor
-  // records `computed`: the next piece launched waits for its `done` instead
-  // (Impl::unordered_buffer), or, for Run's pieces (`caller_completes`), the caller awaits it
-  // by a stream sync (`stream_wait`, no `done` unless record_timings) before anything else can
-  // launch.
+  // May run solo: launched while no other piece can be running (the first piece of a batch
+  // launched inline, or any piece of Run's). A host-memory piece of the smallest bucket then
+  // runs CapturedGraph::solo_exec (`launched_solo`), which neither waits for the previous compute
+  // (there is none) nor records `computed`: the next piece launched waits for its `done` instead
+  // (Impl::unordered_buffer), or, for Run's pieces (`caller_completes`), the caller awaits it by
+  // a stream sync (StreamWait: no `done` unless record_timings) before anything else can launch.
   bool solo = false;
   bool caller_completes = false;
-  bool stream_wait = false;
+  bool launched_solo = false;
+  bool StreamWait() const { return launched_solo && caller_completes; }
   Clock::time_point launched_at;  // after the launch returned
   PieceTimings timings;
 };
