@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "api/internal/cuda_check.h"
+#include "kernels/decode_device.cuh"
 
 namespace attnrt::kernels {
 namespace {
@@ -112,7 +113,12 @@ __global__ void ScatterOutputsKernel(BatchIoArgs a) {
 
 // `bytes` from `from` to `to` (both 16-byte aligned): 16-byte words over the grid, then the
 // tail bytes.
+// Waits for its prerequisite grids first, so that it may follow the kernel writing `from` by a
+// programmatic edge (the executor's D2H after the compute), and lets its dependents launch at
+// once (the compute after the executor's H2D waits for this grid before reading).
 __global__ void CopyBytesKernel(const unsigned char* from, unsigned char* to, std::size_t bytes) {
+  WaitForPrerequisiteGrids();
+  AllowDependentLaunch();
   const std::size_t words = bytes / 16;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -400,11 +400,12 @@ struct CudaExecutor::Impl {
   kernels::DecodeWorkspace WorkspaceFor(const kernels::DecodePlan& plan) const;
   Status EnqueueEager(int path, int bucket, int buffer, const NodeEnables& e);
   Status Capture(int path, int bucket, int buffer, CapturedGraph* out);
-  // From a clone of the captured compute graph, the host-memory graph: H2D (metadata + q/k/v)
-  // -> append + decode -> D2H; with `compute_order` (all but solo_exec) the compute between the
-  // wait for the previous buffer's `computed` and the record of this one's.
-  Status AddHostGraph(cudaGraph_t compute, int bucket, int buffer, bool compute_order,
-                      Graph* graph, GraphExec* exec);
+  // The host-memory graph, its compute captured anew behind the H2D (metadata + q/k/v) ->
+  // append + decode -> D2H; copy kernels joined to the compute's kernels by programmatic edges;
+  // with `compute_order` (all but solo_exec) the compute between the wait for the previous
+  // buffer's `computed` and the record of this one's.
+  Status AddHostGraph(int path, int bucket, int buffer, bool compute_order, Graph* graph,
+                      GraphExec* exec);
   // The bucket whose plan runs each row chunk of `bucket`'s device-memory graph
   // (CudaExecutorOptions::device_io_chunk_rows): `bucket` itself for one chunk.
   int ChunkBucket(int path, int bucket) const;

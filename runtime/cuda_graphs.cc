@@ -160,9 +160,9 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   ATTNRT_CUDA_RETURN(ended);
   cudaGraph_t graph = g->graph.get();
   ATTNRT_RETURN_IF_ERROR(
-      AddHostGraph(graph, bucket, buffer, /*compute_order=*/true, &g->host_graph, &g->host_exec));
+      AddHostGraph(path, bucket, buffer, /*compute_order=*/true, &g->host_graph, &g->host_exec));
   if (bucket == 0) {
-    ATTNRT_RETURN_IF_ERROR(AddHostGraph(graph, bucket, buffer, /*compute_order=*/false,
+    ATTNRT_RETURN_IF_ERROR(AddHostGraph(path, bucket, buffer, /*compute_order=*/false,
                                         &g->solo_graph, &g->solo_exec));
   }
   ATTNRT_RETURN_IF_ERROR(
@@ -201,30 +201,58 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   return Status::Ok();
 }
 
-Status CudaExecutor::Impl::AddHostGraph(cudaGraph_t compute, int bucket, int buffer,
-                                        bool compute_order, Graph* graph, GraphExec* exec) {
+Status CudaExecutor::Impl::AddHostGraph(int path, int bucket, int buffer, bool compute_order,
+                                        Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
+  const bool by_kernel = CopiesByKernel(l.in_bytes, l.out_bytes);
   cudaGraph_t raw = nullptr;
-  ATTNRT_CUDA_RETURN(cudaGraphClone(&raw, compute));
+  ATTNRT_CUDA_RETURN(cudaGraphCreate(&raw, 0));
   *graph = Graph::Adopt(raw);
-  ATTNRT_ASSIGN_OR_RETURN(GraphShape shape, ShapeOf(raw));
-  if (compute_order) {
-    ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(raw, shape.roots, shape.leaves, buffer));
-  }
   cudaGraphNode_t h2d = nullptr, d2h = nullptr;
   ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
-                                        l.in_bytes, CopiesByKernel(l.in_bytes, l.out_bytes),
-                                        cudaMemcpyHostToDevice, &h2d));
-  for (cudaGraphNode_t root : shape.roots) {
-    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &root, nullptr, 1));
+                                        l.in_bytes, by_kernel, cudaMemcpyHostToDevice, &h2d));
+  // The compute, captured into this graph behind the H2D: a kernel the path launches with
+  // programmatic stream serialization (it waits for its prerequisite grids before reading)
+  // then hangs off a copy kernel by a programmatic edge, as it would on a stream, and its
+  // launch overlaps the copy instead of following it.
+  ATTNRT_CUDA_RETURN(cudaStreamBeginCaptureToGraph(stream.get(), raw, &h2d, nullptr, 1,
+                                                   cudaStreamCaptureModeThreadLocal));
+  const Status enqueued = EnqueueCompute(path, bucket, buffer, stream.get());
+  cudaGraph_t ended = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &ended);
+  ATTNRT_RETURN_IF_ERROR(enqueued);
+  ATTNRT_CUDA_RETURN(end);
+  std::vector<cudaGraphNode_t> roots, leaves;
+  ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(raw));
+  for (cudaGraphNode_t node : shape.nodes) {
+    if (node == h2d) continue;
+    std::size_t in = 0;
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &in));
+    std::vector<cudaGraphNode_t> deps(in);
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, deps.data(), nullptr, &in));
+    if (in == 1 && deps[0] == h2d) roots.push_back(node);
   }
-  std::vector<cudaGraphNode_t>& leaves = shape.leaves;
+  for (cudaGraphNode_t node : shape.leaves) {
+    if (node != h2d) leaves.push_back(node);
+  }
+  if (compute_order) ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(raw, roots, leaves, buffer));
   if (leaves.empty()) leaves.push_back(h2d);  // (no compute node: the copies in order)
-  ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, leaves.data(), leaves.size(), buf.out.data(),
-                                        buf.dev_out.data(), l.out_bytes,
-                                        CopiesByKernel(l.in_bytes, l.out_bytes),
-                                        cudaMemcpyDeviceToHost, &d2h));
+  ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.out.data(), buf.dev_out.data(),
+                                        l.out_bytes, by_kernel, cudaMemcpyDeviceToHost, &d2h));
+  // A copy kernel waits for its prerequisite grids first (kernels::AddCopyNode), so it may
+  // follow a kernel by a programmatic edge: launched while the compute runs, it copies the
+  // outputs as soon as the compute's memory is visible.
+  for (cudaGraphNode_t leaf : leaves) {
+    cudaGraphNodeType type{};
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetType(leaf, &type));
+    cudaGraphEdgeData edge{};
+    if (by_kernel && type == cudaGraphNodeTypeKernel) {
+      edge.type = cudaGraphDependencyTypeProgrammatic;
+      edge.from_port = cudaGraphKernelNodePortProgrammatic;
+    }
+    ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &leaf, &d2h, &edge, 1));
+  }
   ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), buf.stream.get()));
   return Status::Ok();
