@@ -230,7 +230,8 @@ Status CudaExecutor::Impl::AddHostGraph(int path, int bucket, int buffer, bool c
     std::size_t in = 0;
     ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &in));
     std::vector<cudaGraphNode_t> deps(in);
-    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, deps.data(), nullptr, &in));
+    std::vector<cudaGraphEdgeData> edges(in);  // (a query without them refuses programmatic edges)
+    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, deps.data(), edges.data(), &in));
     if (in == 1 && deps[0] == h2d) roots.push_back(node);
   }
   for (cudaGraphNode_t node : shape.leaves) {
