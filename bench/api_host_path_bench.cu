@@ -122,6 +122,7 @@ std::unique_ptr<tools::Watchdog> WatchRun(std::string what, double limit_s,
 
 struct LatencyUs {
   double p50 = 0, p99 = 0;
+  double gpu_p50 = 0;  // the replay's own span on the GPU (Await::kTimedEvents only)
 };
 
 // Launch -> stream sync of `exec`, 100 warm-up replays then `iterations` timed; `before(i)` runs
@@ -131,15 +132,26 @@ struct LatencyUs {
 // kOtherThread*: a second thread synchronizes the event and signals the caller (which spins),
 // as the executor's completion thread does; it learns of the launch by spinning on a flag or
 // from a condition variable (a futex wake-up).
-enum class Await { kStreamSync, kEventSync, kEventQuery, kOtherThreadSpins, kOtherThreadWoken };
+// kTimedEvents: timing events recorded before and after the launch, the second synchronized;
+// their elapsed time is the replay's span on the GPU (as the executor's timed pieces read it).
+enum class Await {
+  kStreamSync,
+  kEventSync,
+  kEventQuery,
+  kOtherThreadSpins,
+  kOtherThreadWoken,
+  kTimedEvents
+};
 
 LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
                       const std::function<void(int)>& before = nullptr,
                       Await await = Await::kStreamSync) {
-  std::vector<double> us;
+  std::vector<double> us, gpu_us;
   us.reserve(iterations);
-  cudaEvent_t done = nullptr;
-  Check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
+  const bool timed = await == Await::kTimedEvents;
+  cudaEvent_t done = nullptr, start = nullptr;
+  Check(cudaEventCreateWithFlags(&done, timed ? 0 : cudaEventDisableTiming), "event");
+  if (timed) Check(cudaEventCreate(&start), "event");
   const bool other_thread = await == Await::kOtherThreadSpins || await == Await::kOtherThreadWoken;
   std::atomic<int> launched{-1}, finished{-1};
   std::mutex mu;
@@ -163,6 +175,7 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
   for (int i = 0; i < iterations + 100; ++i) {
     if (before) before(i);
     const Clock::time_point t0 = Clock::now();
+    if (timed) Check(cudaEventRecord(start, stream), "event record");
     Check(cudaGraphLaunch(exec, stream), "graph launch");
     if (other_thread) {
       Check(cudaEventRecord(done, stream), "event record");
@@ -177,8 +190,13 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
       Check(cudaStreamSynchronize(stream), "sync");
     } else {
       Check(cudaEventRecord(done, stream), "event record");
-      if (await == Await::kEventSync) {
+      if (await == Await::kEventSync || timed) {
         Check(cudaEventSynchronize(done), "event sync");
+        float ms = 0;
+        if (timed && i >= 100) {
+          Check(cudaEventElapsedTime(&ms, start, done), "elapsed time");
+          gpu_us.push_back(1000.0 * ms);
+        }
       } else {
         cudaError_t e;
         while ((e = cudaEventQuery(done)) == cudaErrorNotReady) {
@@ -190,7 +208,8 @@ LatencyUs TimeReplays(cudaGraphExec_t exec, cudaStream_t stream, int iterations,
   }
   if (waiter.joinable()) waiter.join();
   cudaEventDestroy(done);
-  return {Percentile(us, 0.5), Percentile(us, 0.99)};
+  if (start != nullptr) cudaEventDestroy(start);
+  return {Percentile(us, 0.5), Percentile(us, 0.99), timed ? Percentile(gpu_us, 0.5) : 0.0};
 }
 
 // Copies n 16-byte words (grid-stride): with a pinned source or destination, a copy over PCIe
@@ -306,19 +325,23 @@ LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false,
 // executor's pipelined graphs order their computes (CudaExecutor::Impl::AddComputeOrderNodes);
 // `await`: how the replay is awaited (an event record + sync or poll, as the executor's
 // completer waits for a piece's `done`).
+// `plan_context`: the shape's max_context the decode plan and block table are made for (the
+// step still reads kContext tokens).
 LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNodes,
-                                 bool order_events = false, Await await = Await::kStreamSync) {
+                                 bool order_events = false, Await await = Await::kStreamSync,
+                                 int plan_context = kContext) {
   ModelShape shape;
   shape.num_layers = 32;
   shape.num_q_heads = kHeads;
   shape.num_kv_heads = kHeads;
   shape.head_dim = kHeadDim;
   shape.block_size = 16;
-  shape.max_context = kContext;
+  shape.max_context = plan_context;
   const int blocks = kContext / shape.block_size;
+  const int table_blocks = plan_context / shape.block_size;
   const std::size_t qn = std::size_t(kHeads) * kHeadDim;
   // In: [kv_length][layer][block table][q][k][v]; out: [out][lse].
-  const std::size_t meta_bytes = (2 + std::size_t(blocks)) * sizeof(std::int32_t);
+  const std::size_t meta_bytes = (2 + std::size_t(table_blocks)) * sizeof(std::int32_t);
   const std::size_t q_at = (meta_bytes + 255) / 256 * 256;
   RoundTrip rt(q_at + 3 * qn * sizeof(Half), qn * sizeof(Half) + kHeads * sizeof(float));
   std::memset(rt.h_in, 0, rt.in_bytes);
@@ -368,7 +391,7 @@ LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNode
   kernels::DecodeBatchView batch;
   batch.capacity = 1;
   batch.num_q_heads = kHeads;
-  batch.max_blocks_per_seq = blocks;
+  batch.max_blocks_per_seq = table_blocks;
   // Pinned memory is device-addressable at its host address (unified addressing).
   const bool zero_copy_data = io == StepIo::kZeroCopyData || io == StepIo::kZeroCopy;
   const unsigned char* meta_at = io == StepIo::kZeroCopy ? rt.h_in : rt.d_in;
@@ -1221,6 +1244,15 @@ int Run(const Options& o) {
           std::tuple{true, Await::kEventSync, "  step, copy kernels, both"}}) {
       const LatencyUs l = MeasureFloorWithDecode(iters, StepIo::kCopyKernels, order, await);
       std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
+    }
+    // The step's own span on the GPU (timing events around the replay, as the executor's timed
+    // pieces have), with its plan made for kContext and for the executor's max_context (B1Shape).
+    for (const int plan_context : {kContext, B1Shape().max_context}) {
+      const LatencyUs l = MeasureFloorWithDecode(iters, StepIo::kCopyKernels, false,
+                                                 Await::kTimedEvents, plan_context);
+      const std::string name = "  step, copy kernels, timed, plan " + std::to_string(plan_context);
+      std::printf("%-34s %10.2f %10.2f %8.2f  gpu %.2f us\n", name.c_str(), l.p50, l.p99,
+                  l.p50 / floor1.p50, l.gpu_p50);
     }
     for (const auto& [io, name] : {std::pair{StepIo::kZeroCopyData, "  step, zero-copy q/k/v/out"},
                                    std::pair{StepIo::kZeroCopy, "  step, zero-copy everything"}}) {
