@@ -255,8 +255,12 @@ struct RoundTrip {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 
-  RoundTrip(std::size_t in, std::size_t out) : in_bytes(in), out_bytes(out) {
-    Check(cudaMallocHost(&h_in, in_bytes), "cudaMallocHost");
+  // `write_combined_in`: `in` is write-combined pinned memory (the host only writes it).
+  RoundTrip(std::size_t in, std::size_t out, bool write_combined_in = false)
+      : in_bytes(in), out_bytes(out) {
+    Check(cudaHostAlloc(&h_in, in_bytes,
+                        write_combined_in ? cudaHostAllocWriteCombined : cudaHostAllocDefault),
+          "cudaHostAlloc");
     Check(cudaMallocHost(&h_out, out_bytes), "cudaMallocHost");
     Check(cudaMalloc(&d_in, in_bytes), "cudaMalloc");
     Check(cudaMalloc(&d_out, out_bytes), "cudaMalloc");
@@ -316,34 +320,45 @@ LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false,
   return latency;
 }
 
+// What the host does to the staging around each replay (untimed), as the executor's pack and
+// copy-out do: nothing; or it writes q/k/v into `in` and reads `out`, so that the GPU reads
+// lines the CPU has just written (and writes lines it has read); or the same with `in`
+// write-combined.
+enum class HostTraffic { kNone, kWriteInReadOut, kWriteCombinedIn };
+
+// The variants of MeasureFloorWithDecode.
+struct StepFloor {
+  StepIo io = StepIo::kMemcpyNodes;
+  // The step between an event wait node and an event record node, as the executor's pipelined
+  // graphs order their computes (CudaExecutor::Impl::AddComputeOrderNodes).
+  bool order_events = false;
+  // How the replay is awaited (an event record + sync or poll, as the executor's completer
+  // waits for a piece's `done`).
+  Await await = Await::kStreamSync;
+  HostTraffic host = HostTraffic::kNone;
+};
+
 // The same round trip with the real step in place of the trivial kernel: H2D of the metadata
 // (length, layer, block table) and q/k/v, the default decode path's append + decode over a
 // paged cache of kContext tokens, D2H of out + lse, stream sync, as one graph. Each replay
 // reads another layer (32 x 8 MiB of K/V, far more than L2), as the B=1 rows do. What a B=1
 // step costs the GPU and PCIe with no host work at all: the bound the Runtime's row can reach.
-// `order_events`: the step between an event wait node and an event record node, as the
-// executor's pipelined graphs order their computes (CudaExecutor::Impl::AddComputeOrderNodes);
-// `await`: how the replay is awaited (an event record + sync or poll, as the executor's
-// completer waits for a piece's `done`).
-// `plan_context`: the shape's max_context the decode plan and block table are made for (the
-// step still reads kContext tokens).
-LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNodes,
-                                 bool order_events = false, Await await = Await::kStreamSync,
-                                 int plan_context = kContext) {
+LatencyUs MeasureFloorWithDecode(int iterations, const StepFloor& f = {}) {
   ModelShape shape;
   shape.num_layers = 32;
   shape.num_q_heads = kHeads;
   shape.num_kv_heads = kHeads;
   shape.head_dim = kHeadDim;
   shape.block_size = 16;
-  shape.max_context = plan_context;
+  const StepIo io = f.io;
+  shape.max_context = kContext;
   const int blocks = kContext / shape.block_size;
-  const int table_blocks = plan_context / shape.block_size;
   const std::size_t qn = std::size_t(kHeads) * kHeadDim;
   // In: [kv_length][layer][block table][q][k][v]; out: [out][lse].
-  const std::size_t meta_bytes = (2 + std::size_t(table_blocks)) * sizeof(std::int32_t);
+  const std::size_t meta_bytes = (2 + std::size_t(blocks)) * sizeof(std::int32_t);
   const std::size_t q_at = (meta_bytes + 255) / 256 * 256;
-  RoundTrip rt(q_at + 3 * qn * sizeof(Half), qn * sizeof(Half) + kHeads * sizeof(float));
+  RoundTrip rt(q_at + 3 * qn * sizeof(Half), qn * sizeof(Half) + kHeads * sizeof(float),
+               f.host == HostTraffic::kWriteCombinedIn);
   std::memset(rt.h_in, 0, rt.in_bytes);
   auto* meta = reinterpret_cast<std::int32_t*>(rt.h_in);
   meta[0] = kContext;
@@ -391,7 +406,7 @@ LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNode
   kernels::DecodeBatchView batch;
   batch.capacity = 1;
   batch.num_q_heads = kHeads;
-  batch.max_blocks_per_seq = table_blocks;
+  batch.max_blocks_per_seq = blocks;
   // Pinned memory is device-addressable at its host address (unified addressing).
   const bool zero_copy_data = io == StepIo::kZeroCopyData || io == StepIo::kZeroCopy;
   const unsigned char* meta_at = io == StepIo::kZeroCopy ? rt.h_in : rt.d_in;
@@ -411,6 +426,7 @@ LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNode
                               : io == StepIo::kZeroCopyData ? (meta_bytes + 15) / 16 * 16
                                                             : rt.in_bytes;
   cudaEvent_t previous = nullptr, computed = nullptr;
+  const bool order_events = f.order_events;
   if (order_events) {
     Check(cudaEventCreateWithFlags(&previous, cudaEventDisableTiming), "event");
     Check(cudaEventCreateWithFlags(&computed, cudaEventDisableTiming), "event");
@@ -429,9 +445,14 @@ LatencyUs MeasureFloorWithDecode(int iterations, StepIo io = StepIo::kMemcpyNode
             "event record node");
     }
   }, copy_in, /*copy_out=*/!zero_copy_data);
+  std::vector<unsigned char> out_seen(rt.out_bytes);
   const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations, [&](int i) {
     meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
-  }, await);
+    if (f.host != HostTraffic::kNone) {
+      std::memcpy(rt.h_in + q_at, qkv.data(), qkv.size() * sizeof(Half));
+      std::memcpy(out_seen.data(), rt.h_out, rt.out_bytes);
+    }
+  }, f.await);
   if (order_events) {
     cudaEventDestroy(previous);
     cudaEventDestroy(computed);
@@ -1232,7 +1253,7 @@ int Run(const Options& o) {
     floor_decode = MeasureFloorWithDecode(iters);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the decode step",
                 floor_decode.p50, floor_decode.p99, floor_decode.p50 / floor1.p50);
-    floor_decode_kernel_copies = MeasureFloorWithDecode(iters, StepIo::kCopyKernels);
+    floor_decode_kernel_copies = MeasureFloorWithDecode(iters, {.io = StepIo::kCopyKernels});
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "floor B=1 with the step, copy kernels",
                 floor_decode_kernel_copies.p50, floor_decode_kernel_copies.p99,
                 floor_decode_kernel_copies.p50 / floor1.p50);
@@ -1242,21 +1263,26 @@ int Run(const Options& o) {
          {std::tuple{true, Await::kStreamSync, "  step, copy kernels, order nodes"},
           std::tuple{false, Await::kEventSync, "  step, copy kernels, done event"},
           std::tuple{true, Await::kEventSync, "  step, copy kernels, both"}}) {
-      const LatencyUs l = MeasureFloorWithDecode(iters, StepIo::kCopyKernels, order, await);
+      const LatencyUs l = MeasureFloorWithDecode(
+          iters, {.io = StepIo::kCopyKernels, .order_events = order, .await = await});
       std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
     }
     // The step's own span on the GPU (timing events around the replay, as the executor's timed
-    // pieces have), with its plan made for kContext and for the executor's max_context (B1Shape).
-    for (const int plan_context : {kContext, B1Shape().max_context}) {
-      const LatencyUs l = MeasureFloorWithDecode(iters, StepIo::kCopyKernels, false,
-                                                 Await::kTimedEvents, plan_context);
-      const std::string name = "  step, copy kernels, timed, plan " + std::to_string(plan_context);
-      std::printf("%-34s %10.2f %10.2f %8.2f  gpu %.2f us\n", name.c_str(), l.p50, l.p99,
+    // pieces have), alone and with the host writing its inputs and reading its outputs between
+    // replays, as the executor's pack and copy-out do (a plan for the executor's max_context of
+    // 1024 instead of 512 changed nothing: 2026-11-27_h100_pdl-edges, r3).
+    for (const auto& [host, name] :
+         {std::pair{HostTraffic::kNone, "  step, timed"},
+          std::pair{HostTraffic::kWriteInReadOut, "  step, timed, host writes/reads"},
+          std::pair{HostTraffic::kWriteCombinedIn, "  step, timed, h/w, in write-comb."}}) {
+      const LatencyUs l = MeasureFloorWithDecode(
+          iters, {.io = StepIo::kCopyKernels, .await = Await::kTimedEvents, .host = host});
+      std::printf("%-34s %10.2f %10.2f %8.2f  gpu %.2f us\n", name, l.p50, l.p99,
                   l.p50 / floor1.p50, l.gpu_p50);
     }
     for (const auto& [io, name] : {std::pair{StepIo::kZeroCopyData, "  step, zero-copy q/k/v/out"},
                                    std::pair{StepIo::kZeroCopy, "  step, zero-copy everything"}}) {
-      const LatencyUs l = MeasureFloorWithDecode(iters, io);
+      const LatencyUs l = MeasureFloorWithDecode(iters, {.io = io});
       std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
     }
     const LatencyUs zero_copy_floor = MeasureFloor(1, iters, /*kernel_copies=*/true);
