@@ -2,8 +2,6 @@
 // enqueue, capture into graphs, and the per-piece node enables.
 #include "runtime/cuda_executor_impl.h"
 
-#include <cstdlib>
-
 namespace attnrt::runtime {
 
 kernels::DecodeBatchView CudaExecutor::Impl::ViewFor(int bucket, int buffer) const {
@@ -203,12 +201,6 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
   return Status::Ok();
 }
 
-// EXPERIMENT (removed after 2026-11-27_h100_pdl-edges r5).
-int ExperimentEdges() {
-  const char* v = std::getenv("ATTNRT_EXP_EDGES");
-  return v == nullptr ? 3 : std::atoi(v);
-}
-
 Status CudaExecutor::Impl::AddHostGraph(int path, int bucket, int buffer, bool compute_order,
                                         Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
@@ -240,15 +232,7 @@ Status CudaExecutor::Impl::AddHostGraph(int path, int bucket, int buffer, bool c
     std::vector<cudaGraphNode_t> deps(in);
     std::vector<cudaGraphEdgeData> edges(in);  // (a query without them refuses programmatic edges)
     ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, deps.data(), edges.data(), &in));
-    if (in == 1 && deps[0] == h2d) {
-      roots.push_back(node);
-      // EXPERIMENT (removed after 2026-11-27_h100_pdl-edges r5): ATTNRT_EXP_EDGES bit 0 clear
-      // turns the H2D -> compute edge back into a plain one.
-      if (edges[0].type == cudaGraphDependencyTypeProgrammatic && (ExperimentEdges() & 1) == 0) {
-        ATTNRT_CUDA_RETURN(cudaGraphRemoveDependencies(raw, &h2d, &node, edges.data(), 1));
-        ATTNRT_CUDA_RETURN(cudaGraphAddDependencies(raw, &h2d, &node, nullptr, 1));
-      }
-    }
+    if (in == 1 && deps[0] == h2d) roots.push_back(node);
   }
   for (cudaGraphNode_t node : shape.leaves) {
     if (node != h2d) leaves.push_back(node);
@@ -264,7 +248,7 @@ Status CudaExecutor::Impl::AddHostGraph(int path, int bucket, int buffer, bool c
     cudaGraphNodeType type{};
     ATTNRT_CUDA_RETURN(cudaGraphNodeGetType(leaf, &type));
     cudaGraphEdgeData edge{};
-    if (by_kernel && type == cudaGraphNodeTypeKernel && (ExperimentEdges() & 2) != 0) {
+    if (by_kernel && type == cudaGraphNodeTypeKernel) {
       edge.type = cudaGraphDependencyTypeProgrammatic;
       edge.from_port = cudaGraphKernelNodePortProgrammatic;
     }
