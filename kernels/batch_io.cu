@@ -112,8 +112,7 @@ __global__ void ScatterOutputsKernel(BatchIoArgs a) {
 }
 
 // `bytes` from `from` to `to` (both 16-byte aligned): 16-byte words over the grid, then the
-// tail bytes.
-// Waits for its prerequisite grids first, so that it may follow the kernel writing `from` by a
+// tail bytes. Waits for its prerequisite grids first, so that it may follow the kernel writing `from` by a
 // programmatic edge (the executor's D2H after the compute), and lets its dependents launch at
 // once (the compute after the executor's H2D waits for this grid before reading).
 __global__ void CopyBytesKernel(const unsigned char* from, unsigned char* to, std::size_t bytes) {

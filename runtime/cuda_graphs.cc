@@ -223,17 +223,16 @@ Status CudaExecutor::Impl::AddHostGraph(int path, int bucket, int buffer, bool c
   const cudaError_t end = cudaStreamEndCapture(stream.get(), &ended);
   ATTNRT_RETURN_IF_ERROR(enqueued);
   ATTNRT_CUDA_RETURN(end);
-  std::vector<cudaGraphNode_t> roots, leaves;
+  // The compute's roots are the H2D's dependents (asked for with their edge data: a query
+  // without it refuses programmatic edges); its leaves are the graph's, the H2D aside.
+  std::size_t num_roots = 0;
+  ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependentNodes(h2d, nullptr, nullptr, &num_roots));
+  std::vector<cudaGraphNode_t> roots(num_roots);
+  std::vector<cudaGraphEdgeData> root_edges(num_roots);
+  ATTNRT_CUDA_RETURN(
+      cudaGraphNodeGetDependentNodes(h2d, roots.data(), root_edges.data(), &num_roots));
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(raw));
-  for (cudaGraphNode_t node : shape.nodes) {
-    if (node == h2d) continue;
-    std::size_t in = 0;
-    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &in));
-    std::vector<cudaGraphNode_t> deps(in);
-    std::vector<cudaGraphEdgeData> edges(in);  // (a query without them refuses programmatic edges)
-    ATTNRT_CUDA_RETURN(cudaGraphNodeGetDependencies(node, deps.data(), edges.data(), &in));
-    if (in == 1 && deps[0] == h2d) roots.push_back(node);
-  }
+  std::vector<cudaGraphNode_t> leaves;
   for (cudaGraphNode_t node : shape.leaves) {
     if (node != h2d) leaves.push_back(node);
   }
