@@ -345,8 +345,12 @@ struct CapacityResult {
   double step_us = 0;           // elapsed / batches: the pipelined time of one batch
 };
 
+// `staged`: every request's q/k/v/out/lse lie in the executor's staging_memory() and go as
+// MemoryKind::kDevice (read and written in place, as a scheduler's records staged in mapped
+// memory are); FailedPrecondition when the executor offers no staging memory.
 inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* executor, int batch,
-                                                        int num_sequences, double duration_s) {
+                                                        int num_sequences, double duration_s,
+                                                        bool staged = false) {
   if (batch < 1 || batch > num_sequences) {
     return InvalidArgumentError("batch = " + std::to_string(batch) +
                                 ", expected 1 <= batch <= num_sequences = " +
@@ -361,6 +365,25 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   const std::vector<Half> kv = UniformHalves(rng, kv_elems);
   // One output row per batch position: batches run in order, so rows are reused safely.
   std::vector<Half> out(q_elems * batch);
+  // Staged: per batch position q, k, v, out (halves) and lse (floats) in one staging block.
+  const std::size_t heads = static_cast<std::size_t>(shape.num_q_heads);
+  const std::size_t slot_halves = 2 * q_elems + 2 * kv_elems + 2 * heads;  // lse as 2 halves each
+  std::unique_ptr<Half, std::function<void(Half*)>> staging;
+  if (staged) {
+    runtime::StagingMemory* memory = executor->staging_memory();
+    if (memory == nullptr) {
+      return FailedPreconditionError("a staged capacity run needs an executor with staging memory");
+    }
+    void* block = memory->Allocate(slot_halves * sizeof(Half) * static_cast<std::size_t>(batch));
+    if (block == nullptr) return ResourceExhaustedError("staging memory for a staged capacity run");
+    staging = {static_cast<Half*>(block), [memory](Half* p) { memory->Free(p); }};
+    for (int j = 0; j < batch; ++j) {
+      Half* slot = staging.get() + slot_halves * j;
+      std::copy(q.begin(), q.end(), slot);
+      std::copy(kv.begin(), kv.end(), slot + q_elems);
+      std::copy(kv.begin(), kv.end(), slot + q_elems + kv_elems);
+    }
+  }
 
   std::atomic<std::int64_t> completed{0}, failed{0};
   FirstError first_error;
@@ -377,10 +400,20 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
       runtime::BatchRequest& r = b.requests[j];
       r.sequence_id = static_cast<runtime::SequenceId>(next_sequence);
       next_sequence = (next_sequence + 1) % num_sequences;
-      r.q = q.data();
-      r.k = kv.data();
-      r.v = kv.data();
-      r.out = out.data() + j * q_elems;
+      if (staged) {
+        Half* slot = staging.get() + slot_halves * j;
+        r.memory = runtime::MemoryKind::kDevice;
+        r.q = slot;
+        r.k = slot + q_elems;
+        r.v = slot + q_elems + kv_elems;
+        r.out = slot + q_elems + 2 * kv_elems;
+        r.lse = reinterpret_cast<float*>(slot + 2 * q_elems + 2 * kv_elems);
+      } else {
+        r.q = q.data();
+        r.k = kv.data();
+        r.v = kv.data();
+        r.out = out.data() + j * q_elems;
+      }
     }
     const Status st = executor->Submit(std::move(b), [&](std::vector<Status> statuses) {
       for (const Status& s : statuses) {
