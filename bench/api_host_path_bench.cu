@@ -79,8 +79,11 @@ struct Options {
   bool saturation_timings = true;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
-  // The saturation schedulers' SchedulerOptions::mapped_staging_bytes.
+  // The saturation schedulers' SchedulerOptions::mapped_staging_bytes and completion_threads.
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;
+  int completion_threads = defaults::kCompletionThreads;
+  // Their open loops' requests in device-visible memory (--device-memory-saturation).
+  bool device_memory_requests = false;
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -518,6 +521,8 @@ struct Variation {
   bool record_timings = true;
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;  // their schedulers'
+  int completion_threads = defaults::kCompletionThreads;                // likewise
+  bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   std::string Name() const {
     std::string name;
     if (!sleep_through_steps) name += " (steps spin-waited)";
@@ -535,6 +540,8 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.record_timings = o.saturation_timings;
   v.buffers = o.buffers;
   v.mapped_staging_bytes = o.mapped_staging_bytes;
+  v.completion_threads = o.completion_threads;
+  v.device_memory_requests = o.device_memory_requests;
   return v;
 }
 
@@ -1151,8 +1158,11 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   reset();
   (void)(*ex)->TakeTimings();
   std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
-              "staging %lld MiB\n", kSequences, kContext, variation.pack_threads,
-              variation.buffers, static_cast<long long>(variation.mapped_staging_bytes >> 20));
+              "staging %lld MiB, completion threads %d, requests in %s memory\n", kSequences,
+              kContext, variation.pack_threads, variation.buffers,
+              static_cast<long long>(variation.mapped_staging_bytes >> 20),
+              variation.completion_threads,
+              variation.device_memory_requests ? "device-visible" : "host");
   // The best of the closed-loop runs (each from the same lengths): two with host-memory
   // requests (the copy path) and, when the executor offers staging memory, two with requests
   // staged there (the in-place path the scheduler's mapped records take). A stricter
@@ -1190,6 +1200,8 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
     c.num_sequences = kSequences;
     c.producers = 4;
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
+    c.completion_threads = variation.completion_threads;
+    c.device_memory_requests = variation.device_memory_requests;
     auto r = tools::RunOpenLoop(c, ex->get());
     if (!r.ok()) Die("open loop: " + r.status().ToString());
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
@@ -1466,7 +1478,8 @@ int Run(const Options& o) {
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
-               " \"saturation_piece_timings\": %s}\n",
+               " \"saturation_piece_timings\": %s, \"saturation_completion_threads\": %d, "
+               "\"saturation_mapped_staging_mib\": %lld, \"saturation_requests\": \"%s\"}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
@@ -1479,7 +1492,9 @@ int Run(const Options& o) {
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us, s32.capacity,
                s128.capacity,
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,
-               o.saturation_timings ? "true" : "false");
+               o.saturation_timings ? "true" : "false", o.completion_threads,
+               static_cast<long long>(o.mapped_staging_bytes >> 20),
+               o.device_memory_requests ? "device-visible" : "host");
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
   return 0;
@@ -1531,7 +1546,11 @@ int main(int argc, char** argv) {
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
           "                   default: CudaExecutorOptions::num_buffers)\n"
           "  --mapped-staging-mb N  the saturation schedulers' mapped_staging_bytes in MiB\n"
-          "                   (default 128; 0: the working set's records only)\n");
+          "                   (default 128; 0: the working set's records only)\n"
+          "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
+          "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
+          "                   and output lie in the executor's mapped staging memory, as\n"
+          "                   TensorMemory::kDevice (nothing copied at Submit or delivery)\n");
       return 0;
     } else if (a == "--out") {
       o.out_dir = value("--out");
@@ -1559,6 +1578,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.mapped_staging_bytes = static_cast<std::int64_t>(mb) << 20;
+    } else if (a == "--completion-threads") {
+      o.completion_threads = std::atoi(value("--completion-threads").c_str());
+      if (o.completion_threads < 1 || o.completion_threads > 64) {
+        std::fprintf(stderr, "api_host_path_bench: --completion-threads must be 1..64\n");
+        return 2;
+      }
+    } else if (a == "--device-memory-saturation") {
+      o.device_memory_requests = true;
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
     } else if (a == "--lone-ab") {
