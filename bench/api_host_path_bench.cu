@@ -80,7 +80,7 @@ struct Options {
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // ... and num_buffers
   // The saturation schedulers' SchedulerOptions::mapped_staging_bytes and completion_threads.
-  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
   int completion_threads = defaults::kCompletionThreads;
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
   bool device_memory_requests = false;
@@ -520,7 +520,7 @@ struct Variation {
   // and an elapsed-time read per piece (--untimed-saturation: off, as a Runtime runs).
   bool record_timings = true;
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
-  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;  // their schedulers'
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // their schedulers'
   int completion_threads = defaults::kCompletionThreads;                // likewise
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   std::string Name() const {
@@ -1029,6 +1029,12 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
   return median(&runtime::PieceTimings::gpu_us);
 }
 
+// SchedulerOptions::mapped_staging_bytes for the output: "auto" or "N MiB".
+std::string StagingName(std::int64_t bytes) {
+  return bytes == defaults::kMappedStagingAuto ? std::string("auto")
+                                               : std::to_string(bytes >> 20) + " MiB";
+}
+
 struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
@@ -1158,9 +1164,9 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   reset();
   (void)(*ex)->TakeTimings();
   std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
-              "staging %lld MiB, completion threads %d, requests in %s memory\n", kSequences,
+              "staging %s, completion threads %d, requests in %s memory\n", kSequences,
               kContext, variation.pack_threads, variation.buffers,
-              static_cast<long long>(variation.mapped_staging_bytes >> 20),
+              StagingName(variation.mapped_staging_bytes).c_str(),
               variation.completion_threads,
               variation.device_memory_requests ? "device-visible" : "host");
   // The best of the closed-loop runs (each from the same lengths): two with host-memory
@@ -1479,7 +1485,7 @@ int Run(const Options& o) {
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
                " \"saturation_piece_timings\": %s, \"saturation_completion_threads\": %d, "
-               "\"saturation_mapped_staging_mib\": %lld, \"saturation_requests\": \"%s\"}\n",
+               "\"saturation_mapped_staging\": \"%s\", \"saturation_requests\": \"%s\"}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
@@ -1493,7 +1499,7 @@ int Run(const Options& o) {
                s128.capacity,
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,
                o.saturation_timings ? "true" : "false", o.completion_threads,
-               static_cast<long long>(o.mapped_staging_bytes >> 20),
+               StagingName(o.mapped_staging_bytes).c_str(),
                o.device_memory_requests ? "device-visible" : "host");
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
@@ -1546,7 +1552,8 @@ int main(int argc, char** argv) {
           "  --buffers N      the saturation executors' pipeline buffers (batches in flight;\n"
           "                   default: CudaExecutorOptions::num_buffers)\n"
           "  --mapped-staging-mb N  the saturation schedulers' mapped_staging_bytes in MiB\n"
-          "                   (default 128; 0: the working set's records only)\n"
+          "                   (default: auto, the queue's and the working set's records; 0: the\n"
+          "                   working set's only)\n"
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
           "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
           "                   and output lie in the executor's mapped staging memory, as\n"

@@ -89,9 +89,9 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
                                 " out of range [1, " + std::to_string(kMaxCompletionThreads) +
                                 "]");
   }
-  if (o.mapped_staging_bytes < 0) {
+  if (o.mapped_staging_bytes < defaults::kMappedStagingAuto) {
     return InvalidArgumentError("mapped_staging_bytes " + std::to_string(o.mapped_staging_bytes) +
-                                " must be >= 0");
+                                " must be >= 0, or -1 (auto)");
   }
   if (o.batcher_spin.count() < defaults::kBatcherSpinAuto) {
     return InvalidArgumentError("batcher_spin " + Us(o.batcher_spin) +

@@ -111,9 +111,10 @@ struct SchedulerOptions {
   // executor) allocated up front for request records; requests staged there are read and
   // written by the device in place. At least the working set's records (the batches in flight
   // and two forming) whatever the value, at most what max_queue_size and the working set can
-  // hold; a backlog past them is staged on the heap and takes the executor's copy path. >= 0.
-  // Unused when the executor offers no staging memory.
-  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;
+  // hold; a backlog past them is staged on the heap and takes the executor's copy path. >= 0,
+  // or -1 (the default, auto: the queue's and the working set's records, at most
+  // defaults::kMappedStagingAutoMaxBytes). Unused when the executor offers no staging memory.
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
   // How long the batching thread polls for work before it blocks (while requests wait for their
   // window: its last batcher_spin, sleeping before) (0 = never polls); -1 (the
   // default) = auto (ResolveBatcherSpin).

@@ -115,7 +115,8 @@ class Scheduler::Impl final : public ClockListener {
 
   // Device-visible records (SchedulerOptions::mapped_staging_bytes): the working set (the
   // batches in flight, two more forming, what the producers' caches hold), or as many as the
-  // bytes hold, up to what the queue and the working set can use at once.
+  // bytes hold, up to what the queue and the working set can use at once (auto: that many, at
+  // most kMappedStagingAutoMaxBytes).
   static std::size_t StagedRecords(const SchedulerOptions& o, int max_in_flight,
                                    const ModelShape& shape) {
     const std::size_t working_set = static_cast<std::size_t>(max_in_flight + 2) *
@@ -125,8 +126,10 @@ class Scheduler::Impl final : public ClockListener {
         static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim,
         static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim,
         static_cast<std::size_t>(shape.num_q_heads));
-    const std::size_t budget =
-        static_cast<std::size_t>(std::max<std::int64_t>(o.mapped_staging_bytes, 0)) / stride;
+    const std::int64_t bytes = o.mapped_staging_bytes == defaults::kMappedStagingAuto
+                                   ? defaults::kMappedStagingAutoMaxBytes
+                                   : std::max<std::int64_t>(o.mapped_staging_bytes, 0);
+    const std::size_t budget = static_cast<std::size_t>(bytes) / stride;
     const std::size_t most =
         working_set + static_cast<std::size_t>(std::max(o.max_queue_size, 0));
     return std::max(working_set, std::min(budget, most));

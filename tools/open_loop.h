@@ -37,14 +37,14 @@ struct OpenLoopConfig {
   int max_batch = 32;                        // SchedulerOptions::max_batch_size
   double duration_s = 0.25;                  // arrivals are generated for this long
   int num_sequences = 4096;                  // request i decodes sequence i % num_sequences
-  int max_queue_size = 1 << 16;
+  int max_queue_size = defaults::kMaxQueueSize;
   std::uint64_t seed = 1;
   // Submitting threads, each with its own Scheduler::Producer; arrival i is submitted by thread
   // i % producers at its due time (together they replay the one Poisson schedule). One thread
   // caps the offered rate near its Submit cost (a 12 KB copy each at H=32 Hkv=8 D=128).
   int producers = 1;
   int completion_threads = 2;  // SchedulerOptions::completion_threads
-  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;  // SchedulerOptions
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // SchedulerOptions
   // Requests in device-visible memory: q/k/v and the output rows lie in the executor's
   // staging_memory() and go as TensorMemory::kDevice (nothing copied at Submit or delivery, as
   // a serving engine whose q/k/v come from its own kernels submits them). FailedPrecondition
@@ -203,28 +203,34 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   constexpr Half kNaN{0x7e00};
   const std::size_t rows = std::clamp<std::size_t>(n, 1, kOutputRows);
   std::vector<Half> host_out;
-  // device_memory_requests: q, k, v, then the output rows, in one staging block.
+  // device_memory_requests: a ring of q, k, v and output rows (request i uses row i % rows,
+  // so requests in flight together read distinct lines), in one staging block.
   std::unique_ptr<Half, std::function<void(Half*)>> staged;
   Half* out = nullptr;
-  std::span<const Half> q_in = q, k_in = k, v_in = v;
+  const Half *q_rows = q.data(), *k_rows = k.data(), *v_rows = v.data();
+  std::size_t q_stride = 0, kv_stride = 0;  // 0: every request reads the one host copy
   if (config.device_memory_requests) {
     runtime::StagingMemory* memory = executor->staging_memory();
     if (memory == nullptr) {
       return FailedPreconditionError(
           "device_memory_requests needs an executor with staging memory");
     }
-    const std::size_t halves = q_elems + 2 * kv_elems + rows * q_elems;
+    const std::size_t halves = rows * (2 * q_elems + 2 * kv_elems);
     void* block = memory->Allocate(halves * sizeof(Half));
     if (block == nullptr) return ResourceExhaustedError("staging memory for device_memory_requests");
     staged = {static_cast<Half*>(block), [memory](Half* p) { memory->Free(p); }};
     Half* at = staged.get();
-    std::copy(q.begin(), q.end(), at);
-    std::copy(k.begin(), k.end(), at + q_elems);
-    std::copy(v.begin(), v.end(), at + q_elems + kv_elems);
-    q_in = {at, q_elems};
-    k_in = {at + q_elems, kv_elems};
-    v_in = {at + q_elems + kv_elems, kv_elems};
-    out = at + q_elems + 2 * kv_elems;
+    q_rows = at;
+    k_rows = at + rows * q_elems;
+    v_rows = at + rows * (q_elems + kv_elems);
+    out = at + rows * (q_elems + 2 * kv_elems);
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::copy(q.begin(), q.end(), at + r * q_elems);
+      std::copy(k.begin(), k.end(), at + rows * q_elems + r * kv_elems);
+      std::copy(v.begin(), v.end(), at + rows * (q_elems + kv_elems) + r * kv_elems);
+    }
+    q_stride = q_elems;
+    kv_stride = kv_elems;
     std::fill(out, out + rows * q_elems, kNaN);
   } else {
     host_out.assign(rows * q_elems, kNaN);
@@ -254,10 +260,11 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
       if (Clock::now() < due) std::this_thread::sleep_until(due);
       scheduler::DecodeRequest r;
       r.sequence_id = static_cast<runtime::SequenceId>(i % config.num_sequences);
-      r.q = q_in;
-      r.k = k_in;
-      r.v = v_in;
-      r.out = out + (i % rows) * q_elems;
+      const std::size_t row = i % rows;
+      r.q = {q_rows + row * q_stride, q_elems};
+      r.k = {k_rows + row * kv_stride, kv_elems};
+      r.v = {v_rows + row * kv_stride, kv_elems};
+      r.out = out + row * q_elems;
       if (config.device_memory_requests) r.memory = TensorMemory::kDevice;
       auto s = producers[p]->Submit(r, [&, i, due](scheduler::DecodeResult res) {
         latency_ns[i] =

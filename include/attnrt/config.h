@@ -105,7 +105,10 @@ namespace defaults {
 inline constexpr int kMaxBatchSize = 64;
 inline constexpr int kMaxQueueDelayUs = 100;
 inline constexpr int kMinBatchSize = 0;
-inline constexpr int kMaxQueueSize = 65536;
+// 8192: ~10 ms of queueing at the H100's B=32..128 capacity for H32 Hkv8 D128 (650-900 k
+// requests/s); past it an overloaded runtime sheds at once (ResourceExhausted) instead of
+// holding requests for longer than a decode step's latency budget.
+inline constexpr int kMaxQueueSize = 8192;
 inline constexpr std::int64_t kTimeoutUs = 10'000'000;  // 10 s; 0 would mean no deadline
 inline constexpr int kNumPriorityLevels = 2;
 // Non-finite q/k/v are rejected at Submit: a NaN or Inf in K/V would be stored in the cache and
@@ -114,12 +117,16 @@ inline constexpr int kNumPriorityLevels = 2;
 inline constexpr bool kCheckFinite = true;
 inline constexpr int kCompletionThreads = 2;
 // Pinned host memory the scheduler stages requests in when the executor offers it (the CUDA
-// executor with RuntimeOptions::stage_in_mapped_memory): at 70% load a stall of the batching
-// path past the working set's records (the batches in flight and two forming) put the backlog on
-// the heap, whose pieces take the slower copy path, and the runtime stayed behind its load
-// (H100, 2026-11-27: p99 0.28-1.5 ms with every piece staged, 12-246 ms with 26-99% of them on the heap).
-// 128 MiB holds ~6,500 requests of H32 Hkv8 D128, ~10 ms of 600 k requests/s.
-inline constexpr std::int64_t kMappedStagingBytes = std::int64_t{128} << 20;
+// executor with RuntimeOptions::stage_in_mapped_memory). A backlog past it goes on the heap,
+// whose pieces take the slower copy path: at 70% load a stall of the batching path then kept
+// the runtime behind its load (H100, 2026-11-27: p99 0.28-1.5 ms with every piece staged,
+// 12-246 ms with 26-99% of them on the heap), and under overload (a full queue) the runtime
+// served 0.76-0.81 of the executor's capacity at max batch 32 instead of 0.95-0.99 with every
+// record staged. The default, auto (kMappedStagingAuto): records for the whole queue and the
+// working set, at most kMappedStagingAutoMaxBytes (at the defaults, H32 Hkv8 D128: ~9,000
+// records, ~185 MB).
+inline constexpr std::int64_t kMappedStagingAuto = -1;
+inline constexpr std::int64_t kMappedStagingAutoMaxBytes = std::int64_t{512} << 20;
 // The batching thread polls this long for new work before it blocks: a request arriving within
 // it is taken without waking a sleeping thread (several microseconds saved on every step of a
 // closed-loop decode). 0 = block at once (no idle CPU spent).

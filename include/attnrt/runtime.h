@@ -91,8 +91,9 @@ struct RuntimeOptions {
   // 2 x H x D + 2 x Hkv x D halves + H floats (each region 64-byte aligned); at least the
   // working set's records ((max_in_flight + 2) x max_batch_size + 512), at most max_queue_size
   // more. More absorbs a longer stall or burst before a backlog spills onto the heap, whose
-  // pieces are slower. >= 0.
-  std::int64_t mapped_staging_bytes = defaults::kMappedStagingBytes;
+  // pieces are slower. >= 0, or -1 (the default, auto: the whole queue and the working set, at
+  // most defaults::kMappedStagingAutoMaxBytes).
+  std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
 };
 
 // How much of the KV cache is in use (Runtime::kv_cache_usage, and gauges in MetricsText).

@@ -352,10 +352,10 @@ TEST(RuntimeCreateTest, RejectsBadOptionsNamingTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("kv_cache_fraction"), std::string::npos);
   o.kv_cache_fraction = RuntimeOptions{}.kv_cache_fraction;
-  o.mapped_staging_bytes = -1;
+  o.mapped_staging_bytes = -2;
   r = Runtime::Create(o);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("mapped_staging_bytes -1"), std::string::npos)
+  EXPECT_NE(r.status().message().find("mapped_staging_bytes -2"), std::string::npos)
       << r.status().ToString();
 }
 

@@ -309,8 +309,8 @@ TEST_F(SchedulerTest, ExecutorStagingMemoryIsUsedInPlace) {
 }
 
 // mapped_staging_bytes: the staging allocated up front is the working set's records at 0, the
-// budget's otherwise (in slabs), capped by what the queue can hold; a negative value is refused
-// naming the field.
+// budget's otherwise (in slabs), capped by what the queue can hold; auto (-1, the default) is the
+// queue's and the working set's records; a value below -1 is refused naming the field.
 TEST_F(SchedulerTest, MappedStagingBytesSizeTheStagedRecords) {
   FakeExecutorOptions eo;
   eo.offer_staging_memory = true;
@@ -336,10 +336,18 @@ TEST_F(SchedulerTest, MappedStagingBytesSizeTheStagedRecords) {
   const std::size_t capped = staged_bytes(budget, 100);  // the queue holds 100: no more staged
   EXPECT_GE(capped, (working_set + 100) * kStride);
   EXPECT_LT(capped, (working_set + 100) * kStride + kSlab);
+  EXPECT_EQ(SchedulerOptions{}.mapped_staging_bytes, defaults::kMappedStagingAuto);
+  const std::size_t automatic = staged_bytes(defaults::kMappedStagingAuto, 3000);
+  EXPECT_GE(automatic, (working_set + 3000) * kStride);
+  EXPECT_LT(automatic, (working_set + 3000) * kStride + kSlab);
+  // Auto stops at kMappedStagingAutoMaxBytes: a queue of a million holds no more.
+  const std::size_t most = staged_bytes(defaults::kMappedStagingAuto, 1 << 20);
+  EXPECT_GE(most, static_cast<std::size_t>(defaults::kMappedStagingAutoMaxBytes) - kStride);
+  EXPECT_LT(most, static_cast<std::size_t>(defaults::kMappedStagingAutoMaxBytes) + kSlab);
 
   executor_ = std::make_unique<FakeExecutor>(eo);
   SchedulerOptions bad = WindowOptions(8, microseconds(0));
-  bad.mapped_staging_bytes = -1;
+  bad.mapped_staging_bytes = -2;
   auto refused = Scheduler::Create(bad, executor_.get(), &clock_);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
