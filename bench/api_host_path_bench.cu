@@ -82,6 +82,7 @@ struct Options {
   // The saturation schedulers' SchedulerOptions::mapped_staging_bytes and completion_threads.
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
   int completion_threads = defaults::kCompletionThreads;
+  int producers = 8;  // their open loops' submitting threads (--producers)
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
   bool device_memory_requests = false;
 };
@@ -522,6 +523,7 @@ struct Variation {
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // their schedulers'
   int completion_threads = defaults::kCompletionThreads;                // likewise
+  int producers = 8;                    // their open loops' submitting threads
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   std::string Name() const {
     std::string name;
@@ -541,6 +543,7 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.buffers = o.buffers;
   v.mapped_staging_bytes = o.mapped_staging_bytes;
   v.completion_threads = o.completion_threads;
+  v.producers = o.producers;
   v.device_memory_requests = o.device_memory_requests;
   return v;
 }
@@ -1042,6 +1045,7 @@ struct Saturation {
   // piece's events also span its wait behind the previous piece's compute, so this understates
   // what the GPU can do; it was the GPU's own bound while pieces ran one after another.
   double gpu_capacity = 0, gpu_ratio = 0;
+  double submitted_1_5x = 0;  // the rate the 1.5x run's producers actually submitted at
 };
 
 // A lone piece of `batch` requests (H32 Hkv8 D128, T=512) through Executor::Run, one piece at a
@@ -1164,10 +1168,10 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   reset();
   (void)(*ex)->TakeTimings();
   std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
-              "staging %s, completion threads %d, requests in %s memory\n", kSequences,
-              kContext, variation.pack_threads, variation.buffers,
+              "staging %s, completion threads %d, producers %d, requests in %s memory\n",
+              kSequences, kContext, variation.pack_threads, variation.buffers,
               StagingName(variation.mapped_staging_bytes).c_str(),
-              variation.completion_threads,
+              variation.completion_threads, variation.producers,
               variation.device_memory_requests ? "device-visible" : "host");
   // The best of the closed-loop runs (each from the same lengths): two with host-memory
   // requests (the copy path) and, when the executor offers staging memory, two with requests
@@ -1204,7 +1208,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
     c.max_batch = batch;
     c.duration_s = duration_s;
     c.num_sequences = kSequences;
-    c.producers = 4;
+    c.producers = variation.producers;
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
     c.completion_threads = variation.completion_threads;
     c.device_memory_requests = variation.device_memory_requests;
@@ -1229,6 +1233,11 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   s.gpu_ratio = s.gpu_capacity > 0 ? sat.throughput_per_s / s.gpu_capacity : 0;
   s.p99_70_us = loaded.rejected > 0 ? 1e9 : loaded.p99_us;  // shedding at 70% fails the bound
   s.bound_us = kWindowUs + 2 * cap->step_us;
+  s.submitted_1_5x = sat.submitted_per_s;
+  std::printf("  1.5x offered: %.0f req/s scheduled, %.0f submitted (%.0f shed); 70%%: %.0f "
+              "scheduled, %.0f submitted (%.0f shed)\n", 1.5 * s.capacity, sat.submitted_per_s,
+              static_cast<double>(sat.rejected), 0.7 * s.capacity, loaded.submitted_per_s,
+              static_cast<double>(loaded.rejected));
   std::printf("saturation B=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
               "%.3f x (of batch / piece event time %.0f req/s: %.3f x); 70%% load p99 %.0f us (queue p99 "
               "%.0f, executor p50 %.0f) vs bound %.0f us\n",
@@ -1485,7 +1494,9 @@ int Run(const Options& o) {
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
                " \"saturation_piece_timings\": %s, \"saturation_completion_threads\": %d, "
-               "\"saturation_mapped_staging\": \"%s\", \"saturation_requests\": \"%s\"}\n",
+               "\"saturation_mapped_staging\": \"%s\", \"saturation_requests\": \"%s\", "
+               "\"saturation_producers\": %d,\n"
+               " \"submitted_1_5x_b32\": %.0f, \"submitted_1_5x_b128\": %.0f}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
@@ -1500,7 +1511,8 @@ int Run(const Options& o) {
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,
                o.saturation_timings ? "true" : "false", o.completion_threads,
                StagingName(o.mapped_staging_bytes).c_str(),
-               o.device_memory_requests ? "device-visible" : "host");
+               o.device_memory_requests ? "device-visible" : "host", o.producers,
+               s32.submitted_1_5x, s128.submitted_1_5x);
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
   return 0;
@@ -1555,6 +1567,7 @@ int main(int argc, char** argv) {
           "                   (default: auto, the queue's and the working set's records; 0: the\n"
           "                   working set's only)\n"
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
+          "  --producers N    the saturation open loops' submitting threads (default 8)\n"
           "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
           "                   and output lie in the executor's mapped staging memory, as\n"
           "                   TensorMemory::kDevice (nothing copied at Submit or delivery)\n");
@@ -1589,6 +1602,12 @@ int main(int argc, char** argv) {
       o.completion_threads = std::atoi(value("--completion-threads").c_str());
       if (o.completion_threads < 1 || o.completion_threads > 64) {
         std::fprintf(stderr, "api_host_path_bench: --completion-threads must be 1..64\n");
+        return 2;
+      }
+    } else if (a == "--producers") {
+      o.producers = std::atoi(value("--producers").c_str());
+      if (o.producers < 1 || o.producers > 64) {
+        std::fprintf(stderr, "api_host_path_bench: --producers must be 1..64\n");
         return 2;
       }
     } else if (a == "--device-memory-saturation") {
