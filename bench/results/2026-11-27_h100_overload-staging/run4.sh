@@ -9,11 +9,11 @@ B=/tmp/attnrt-build  # DCHECKS off
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/device.txt"
 echo "commit $COMMIT, start $(date -u +%FT%TZ)" > "$O/record.txt"
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DATTNRT_DCHECKS=OFF > "$O/cfg.log" 2>&1
-T="api_runtime_gpu_test api_device_memory_gpu_test api_wiring_gpu_test api_sequence_safety_gpu_test api_faults_test api_fp8_kv_cache_test cuda_executor_gpu_test scheduler_test api_soak_test"
+T="api_runtime_gpu_test api_device_memory_gpu_test api_wiring_gpu_test api_sequence_safety_gpu_test api_fp8_kv_cache_test cuda_executor_gpu_test"
 timeout 220 cmake --build $B -j16 --target api_host_path_bench $T > "$O/build.log" 2>&1
 echo "build rc=$? at $(date -u +%T)" | tee -a "$O/record.txt"
 for t in $T; do
-  timeout 60 $B/tests/$t > "$O/$t.txt" 2>&1
+  timeout 100 $B/tests/$t > "$O/$t.txt" 2>&1
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$O/$t.txt" | tr '\n' ' ')" | tee -a "$O/record.txt"
 done
 echo "tests done at $(date -u +%T)" | tee -a "$O/record.txt"
