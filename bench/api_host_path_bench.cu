@@ -82,7 +82,8 @@ struct Options {
   // The saturation schedulers' SchedulerOptions::mapped_staging_bytes and completion_threads.
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
   int completion_threads = defaults::kCompletionThreads;
-  int producers = 8;  // their open loops' submitting threads (--producers)
+  // Their open loops' submitting threads (--producers); 0: ProducersFor(max batch).
+  int producers = 0;
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
   bool device_memory_requests = false;
 };
@@ -523,7 +524,7 @@ struct Variation {
   int buffers = runtime::CudaExecutorOptions{}.num_buffers;  // likewise
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // their schedulers'
   int completion_threads = defaults::kCompletionThreads;                // likewise
-  int producers = 8;                    // their open loops' submitting threads
+  int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   std::string Name() const {
     std::string name;
@@ -1038,6 +1039,12 @@ std::string StagingName(std::int64_t bytes) {
                                                : std::to_string(bytes >> 20) + " MiB";
 }
 
+// Submitting threads for the saturation rows at `batch`: enough to offer 1.5x the capacity
+// (H100 host, 2026-11-27: one producer submits ~190 k host-memory requests/s of H32 Hkv8 D128,
+// so 4 offered 754-774 k/s, under max batch 128's ~860 k capacity), and no more: 8 at max batch
+// 32 left the runtime's own threads short of CPU (19% of the pieces launched into an idle GPU).
+int ProducersFor(int batch) { return batch >= 128 ? 8 : 4; }
+
 struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
@@ -1046,6 +1053,10 @@ struct Saturation {
   // what the GPU can do; it was the GPU's own bound while pieces ran one after another.
   double gpu_capacity = 0, gpu_ratio = 0;
   double submitted_1_5x = 0;  // the rate the 1.5x run's producers actually submitted at
+  int producers = 0;
+  // The 1.5x run's producers submitted more than the capacity: the runtime was overloaded, so
+  // its throughput is its own; otherwise the producers set it and the ratio says nothing.
+  bool overloaded() const { return submitted_1_5x > capacity; }
 };
 
 // A lone piece of `batch` requests (H32 Hkv8 D128, T=512) through Executor::Run, one piece at a
@@ -1167,11 +1178,12 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   };
   reset();
   (void)(*ex)->TakeTimings();
+  const int producers = variation.producers > 0 ? variation.producers : ProducersFor(batch);
   std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
               "staging %s, completion threads %d, producers %d, requests in %s memory\n",
               kSequences, kContext, variation.pack_threads, variation.buffers,
               StagingName(variation.mapped_staging_bytes).c_str(),
-              variation.completion_threads, variation.producers,
+              variation.completion_threads, producers,
               variation.device_memory_requests ? "device-visible" : "host");
   // The best of the closed-loop runs (each from the same lengths): two with host-memory
   // requests (the copy path) and, when the executor offers staging memory, two with requests
@@ -1208,7 +1220,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
     c.max_batch = batch;
     c.duration_s = duration_s;
     c.num_sequences = kSequences;
-    c.producers = variation.producers;
+    c.producers = producers;
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
     c.completion_threads = variation.completion_threads;
     c.device_memory_requests = variation.device_memory_requests;
@@ -1234,6 +1246,11 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   s.p99_70_us = loaded.rejected > 0 ? 1e9 : loaded.p99_us;  // shedding at 70% fails the bound
   s.bound_us = kWindowUs + 2 * cap->step_us;
   s.submitted_1_5x = sat.submitted_per_s;
+  s.producers = producers;
+  if (!s.overloaded()) {
+    std::printf("  NOT OVERLOADED: the producers submitted %.0f req/s, under the capacity: the "
+                "ratio below measures them (more --producers)\n", s.submitted_1_5x);
+  }
   std::printf("  1.5x offered: %.0f req/s scheduled, %.0f submitted (%.0f shed); 70%%: %.0f "
               "scheduled, %.0f submitted (%.0f shed)\n", 1.5 * s.capacity, sat.submitted_per_s,
               static_cast<double>(sat.rejected), 0.7 * s.capacity, loaded.submitted_per_s,
@@ -1495,8 +1512,9 @@ int Run(const Options& o) {
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
                " \"saturation_piece_timings\": %s, \"saturation_completion_threads\": %d, "
                "\"saturation_mapped_staging\": \"%s\", \"saturation_requests\": \"%s\", "
-               "\"saturation_producers\": %d,\n"
-               " \"submitted_1_5x_b32\": %.0f, \"submitted_1_5x_b128\": %.0f}\n",
+               "\"saturation_producers_b32\": %d, \"saturation_producers_b128\": %d,\n"
+               " \"submitted_1_5x_b32\": %.0f, \"submitted_1_5x_b128\": %.0f, "
+               "\"overloaded_b32\": %s, \"overloaded_b128\": %s}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
@@ -1511,8 +1529,9 @@ int Run(const Options& o) {
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,
                o.saturation_timings ? "true" : "false", o.completion_threads,
                StagingName(o.mapped_staging_bytes).c_str(),
-               o.device_memory_requests ? "device-visible" : "host", o.producers,
-               s32.submitted_1_5x, s128.submitted_1_5x);
+               o.device_memory_requests ? "device-visible" : "host", s32.producers,
+               s128.producers, s32.submitted_1_5x, s128.submitted_1_5x,
+               s32.overloaded() ? "true" : "false", s128.overloaded() ? "true" : "false");
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
   return 0;
@@ -1567,7 +1586,8 @@ int main(int argc, char** argv) {
           "                   (default: auto, the queue's and the working set's records; 0: the\n"
           "                   working set's only)\n"
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
-          "  --producers N    the saturation open loops' submitting threads (default 8)\n"
+          "  --producers N    the saturation open loops' submitting threads (default: 4 at max\n"
+          "                   batch 32, 8 at 128)\n"
           "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
           "                   and output lie in the executor's mapped staging memory, as\n"
           "                   TensorMemory::kDevice (nothing copied at Submit or delivery)\n");
