@@ -250,8 +250,11 @@ fi
 if has criteria; then
   log "scheduler vs kernel-only capacity (tune_window --criteria: saturation, 70% load)"
   for b in 32 128; do
+    # Producers enough to overload max batch 128 (~190 k host-memory requests/s each on the
+    # H100 host), not more than max batch 32 needs (bench/NOTES.md, 2026-11-27 sixth session).
     "$build/examples/tune_window" --device cuda --no-sweep --criteria $b --criteria-window-us 200 \
-      --duration 0.5 --sequences 2048 >"$out/criteria_b$b.txt" 2>&1
+      --duration 0.5 --sequences 2048 --producers $((b >= 128 ? 8 : 4)) \
+      >"$out/criteria_b$b.txt" 2>&1
     rc=$?
     tail -4 "$out/criteria_b$b.txt"
     # rc 3 = a performance criterion missed: reported above, not a failed check. rc 1 = a
