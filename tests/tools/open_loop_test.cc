@@ -1,0 +1,112 @@
+// The load harness of tune_window and api_host_path_bench (tools/open_loop.h) over the fake
+// executor: requests in device-visible memory, the rate the producers submitted at, and the
+// capacity's closed loop with requests staged in the executor's staging memory.
+#include "tools/open_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/fake_executor.h"
+
+namespace attnrt::tools {
+namespace {
+
+using testing::FakeExecutor;
+using testing::FakeExecutorOptions;
+
+FakeExecutorOptions Staging(bool offer) {
+  FakeExecutorOptions o;
+  o.offer_staging_memory = offer;
+  o.accept_device_memory = offer;
+  o.max_sequences = 256;
+  return o;
+}
+
+OpenLoopConfig SmallLoad() {
+  OpenLoopConfig c;
+  c.rate_per_s = 20'000;
+  c.duration_s = 0.05;
+  c.max_batch = 8;
+  c.num_sequences = 64;
+  c.producers = 2;
+  c.check_outputs = true;  // the fake writes out = q: values in [-1, 1]
+  return c;
+}
+
+TEST(OpenLoopTest, DeviceMemoryRequestsNeedStagingMemory) {
+  FakeExecutor executor(Staging(false));
+  OpenLoopConfig c = SmallLoad();
+  c.device_memory_requests = true;
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("device_memory_requests"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(executor.submitted_batches(), 0);
+}
+
+// Every request reaches the executor as kDevice with q/k/v/out in its staging memory, completes
+// once with a plausible output, and the producers report the rate they submitted at.
+TEST(OpenLoopTest, DeviceMemoryRequestsRunInPlace) {
+  FakeExecutor executor(Staging(true));
+  OpenLoopConfig c = SmallLoad();
+  c.device_memory_requests = true;
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failures(), 0) << r->first_error;
+  EXPECT_GT(r->completed, 0);
+  EXPECT_EQ(r->completed + r->rejected, r->offered);
+  EXPECT_GT(r->submitted_per_s, 0.0);
+  EXPECT_LT(r->submitted_per_s, 2 * c.rate_per_s) << "arrivals are paced by the schedule";
+  std::int64_t requests = 0;
+  for (const testing::RecordedBatch& b : executor.batches()) {
+    for (const testing::RecordedRequest& q : b.requests) {
+      ++requests;
+      EXPECT_EQ(q.memory, runtime::MemoryKind::kDevice);
+      EXPECT_TRUE(q.in_staging);
+    }
+  }
+  EXPECT_EQ(requests, r->completed);
+}
+
+TEST(OpenLoopTest, HostRequestsAreStagedByTheScheduler) {
+  FakeExecutor executor(Staging(false));
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(SmallLoad(), &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failures(), 0) << r->first_error;
+  for (const testing::RecordedBatch& b : executor.batches()) {
+    for (const testing::RecordedRequest& q : b.requests) {
+      EXPECT_EQ(q.memory, runtime::MemoryKind::kHost);
+    }
+  }
+}
+
+// The staged capacity run submits full batches whose requests lie in the staging memory; without
+// staging memory it is refused and runs nothing.
+TEST(OpenLoopTest, StagedCapacityRunsInPlace) {
+  FakeExecutor executor(Staging(true));
+  const StatusOr<CapacityResult> staged =
+      MeasureExecutorCapacity(&executor, 8, 64, 0.02, /*staged=*/true);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  EXPECT_GT(staged->batches, 0);
+  EXPECT_GT(staged->throughput_per_s, 0.0);
+  ASSERT_FALSE(executor.batches().empty());
+  for (const testing::RecordedBatch& b : executor.batches()) {
+    EXPECT_EQ(b.requests.size(), 8u);
+    for (const testing::RecordedRequest& q : b.requests) {
+      EXPECT_EQ(q.memory, runtime::MemoryKind::kDevice);
+      EXPECT_TRUE(q.in_staging);
+    }
+  }
+
+  FakeExecutor plain(Staging(false));
+  const StatusOr<CapacityResult> refused =
+      MeasureExecutorCapacity(&plain, 8, 64, 0.02, /*staged=*/true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plain.submitted_batches(), 0);
+}
+
+}  // namespace
+}  // namespace attnrt::tools
