@@ -169,6 +169,21 @@ class FirstError {
   std::string text_;
 };
 
+// Halves in the executor's staging_memory() (device-visible: requests there go as kDevice and
+// are read and written in place), freed with the pointer. FailedPrecondition naming `what` when
+// the executor offers no staging memory, ResourceExhausted when it cannot allocate.
+using StagedHalves = std::unique_ptr<Half, std::function<void(Half*)>>;
+inline StatusOr<StagedHalves> AllocateStaged(runtime::Executor* executor, std::size_t halves,
+                                             const std::string& what) {
+  runtime::StagingMemory* memory = executor->staging_memory();
+  if (memory == nullptr) {
+    return FailedPreconditionError(what + " needs an executor with staging memory");
+  }
+  void* block = memory->Allocate(halves * sizeof(Half));
+  if (block == nullptr) return ResourceExhaustedError("staging memory for " + what);
+  return StagedHalves(static_cast<Half*>(block), [memory](Half* p) { memory->Free(p); });
+}
+
 inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
                                             runtime::Executor* executor) {
   ATTNRT_RETURN_IF_ERROR(EnsureSequences(executor, config.num_sequences));
@@ -210,20 +225,13 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   std::vector<Half> host_out;
   // device_memory_requests: a ring of q, k, v and output rows (request i uses row i % rows,
   // so requests in flight together read distinct lines), in one staging block.
-  std::unique_ptr<Half, std::function<void(Half*)>> staged;
+  StagedHalves staged;
   Half* out = nullptr;
   const Half *q_rows = q.data(), *k_rows = k.data(), *v_rows = v.data();
   std::size_t q_stride = 0, kv_stride = 0;  // 0: every request reads the one host copy
   if (config.device_memory_requests) {
-    runtime::StagingMemory* memory = executor->staging_memory();
-    if (memory == nullptr) {
-      return FailedPreconditionError(
-          "device_memory_requests needs an executor with staging memory");
-    }
-    const std::size_t halves = rows * (2 * q_elems + 2 * kv_elems);
-    void* block = memory->Allocate(halves * sizeof(Half));
-    if (block == nullptr) return ResourceExhaustedError("staging memory for device_memory_requests");
-    staged = {static_cast<Half*>(block), [memory](Half* p) { memory->Free(p); }};
+    ATTNRT_ASSIGN_OR_RETURN(staged, AllocateStaged(executor, rows * (2 * q_elems + 2 * kv_elems),
+                                                   "device_memory_requests"));
     Half* at = staged.get();
     q_rows = at;
     k_rows = at + rows * q_elems;
@@ -417,15 +425,11 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   // Staged: per batch position q, k, v, out (halves) and lse (floats) in one staging block.
   const std::size_t heads = static_cast<std::size_t>(shape.num_q_heads);
   const std::size_t slot_halves = 2 * q_elems + 2 * kv_elems + 2 * heads;  // lse as 2 halves each
-  std::unique_ptr<Half, std::function<void(Half*)>> staging;
+  StagedHalves staging;
   if (staged) {
-    runtime::StagingMemory* memory = executor->staging_memory();
-    if (memory == nullptr) {
-      return FailedPreconditionError("a staged capacity run needs an executor with staging memory");
-    }
-    void* block = memory->Allocate(slot_halves * sizeof(Half) * static_cast<std::size_t>(batch));
-    if (block == nullptr) return ResourceExhaustedError("staging memory for a staged capacity run");
-    staging = {static_cast<Half*>(block), [memory](Half* p) { memory->Free(p); }};
+    ATTNRT_ASSIGN_OR_RETURN(staging,
+                            AllocateStaged(executor, slot_halves * static_cast<std::size_t>(batch),
+                                           "a staged capacity run"));
     for (int j = 0; j < batch; ++j) {
       Half* slot = staging.get() + slot_halves * j;
       std::copy(q.begin(), q.end(), slot);
