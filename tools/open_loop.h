@@ -424,7 +424,8 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   std::vector<Half> out(q_elems * batch);
   // Staged: per batch position q, k, v, out (halves) and lse (floats) in one staging block.
   const std::size_t heads = static_cast<std::size_t>(shape.num_q_heads);
-  const std::size_t slot_halves = 2 * q_elems + 2 * kv_elems + 2 * heads;  // lse as 2 halves each
+  // lse as 2 halves each; slots 64-byte aligned (the kernels load 16-byte vectors)
+  const std::size_t slot_halves = (2 * q_elems + 2 * kv_elems + 2 * heads + 31) / 32 * 32;
   StagedHalves staging;
   if (staged) {
     ATTNRT_ASSIGN_OR_RETURN(staging,
