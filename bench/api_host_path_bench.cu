@@ -16,7 +16,8 @@
 //   A/B rows   the defaults against the previous behaviour in the same process: result_spin
 //              4 us (B = 1) and steps spin-waited whole (host CPU);
 //   saturation scheduler throughput at 1.5x offered load over the executor's kernel-only
-//              capacity, and p99 at 70% load against window + 2 steps (max batch 32 and 128).
+//              capacity, and p99 at 70% load against window + 2 steps (max batch 32 and 128,
+//              at T = 512 and at T = --long-context, 4096 by default).
 // Writes <out>/summary.json (the keys issue 11 names) and prints a table. Needs a GPU.
 #include <cuda_runtime.h>
 #include <dirent.h>
@@ -66,8 +67,10 @@ struct Options {
   int iterations = 2000;
   double duration_s = 0.5;
   bool quick = false;
-  // Sections to run: the floors and B=1 rows, host CPU, saturation (the summary needs all).
-  bool b1 = true, host = true, saturation = true;
+  // Sections to run: the floors and B=1 rows, host CPU, saturation at T=512 (the summary needs
+  // these three) and at T=long_context (its keys are null in the summary without it).
+  bool b1 = true, host = true, saturation = true, long_saturation = true;
+  int long_context = 4096;  // --long-context
   // Saturation at max batch 32 and 128 with the completion thread sleeping through steps and
   // spinning them whole, alternating, twice (--saturation-ab; not part of the summary).
   bool saturation_ab = false;
@@ -1151,11 +1154,15 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
-Saturation MeasureSaturation(int batch, double duration_s, Variation variation = {}) {
+// Every sequence starts each run at `context` tokens.
+Saturation MeasureSaturation(int batch, int context, double duration_s,
+                             Variation variation = {}) {
   constexpr int kWindowUs = 200, kSequences = 1024;
-  // Room for the growth of one run (each starts again at kContext) at up to 3 M requests/s.
+  // Room for the growth of one run (each starts again at `context`) at up to 3 M requests/s
+  // at T=512, and proportionally fewer at longer contexts (a step's time grows with T).
+  const double max_rate = 3.0e6 * std::min(1.0, double(kContext) / context);
   const ModelShape shape =
-      LoadShape(kContext + static_cast<int>(3 * 1.0e6 * duration_s / kSequences * 1.5) + 64);
+      LoadShape(context + static_cast<int>(max_rate * duration_s / kSequences * 1.5) + 64);
   runtime::CudaExecutorOptions co;
   co.shape = shape;
   co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
@@ -1167,13 +1174,13 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   co.offer_staging_memory = variation.stage_in_mapped_memory;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
-  // Every run starts with every sequence at kContext tokens (tools::ResetSequences: runs
+  // Every run starts with every sequence at `context` tokens (tools::ResetSequences: runs
   // compared with each other attend over the same lengths).
   std::mt19937_64 rng(9);
   const std::vector<Half> kv =
-      tools::UniformHalves(rng, std::size_t(kContext) * shape.kv_token_elems());
+      tools::UniformHalves(rng, std::size_t(context) * shape.kv_token_elems());
   auto reset = [&] {
-    const Status p = tools::ResetSequences(ex->get(), kSequences, kContext, kv);
+    const Status p = tools::ResetSequences(ex->get(), kSequences, context, kv);
     if (!p.ok()) Die("ResetSequences: " + p.ToString());
   };
   reset();
@@ -1181,7 +1188,7 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
   const int producers = variation.producers > 0 ? variation.producers : ProducersFor(batch);
   std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
               "staging %s, completion threads %d, producers %d, requests in %s memory\n",
-              kSequences, kContext, variation.pack_threads, variation.buffers,
+              kSequences, context, variation.pack_threads, variation.buffers,
               StagingName(variation.mapped_staging_bytes).c_str(),
               variation.completion_threads, producers,
               variation.device_memory_requests ? "device-visible" : "host");
@@ -1255,13 +1262,39 @@ Saturation MeasureSaturation(int batch, double duration_s, Variation variation =
               "scheduled, %.0f submitted (%.0f shed)\n", 1.5 * s.capacity, sat.submitted_per_s,
               static_cast<double>(sat.rejected), 0.7 * s.capacity, loaded.submitted_per_s,
               static_cast<double>(loaded.rejected));
-  std::printf("saturation B=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
+  std::printf("saturation B=%d T=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
               "%.3f x (of batch / piece event time %.0f req/s: %.3f x); 70%% load p99 %.0f us (queue p99 "
               "%.0f, executor p50 %.0f) vs bound %.0f us\n",
-              batch, variation.Name().c_str(), s.capacity, s.step_us,
+              batch, context, variation.Name().c_str(), s.capacity, s.step_us,
               sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, loaded.p99_us,
               loaded.queue_delay_p99_us, loaded.executor_p50_us, s.bound_us);
   return s;
+}
+
+// The summary's keys for the saturation rows at the long context (`context` 0: not measured,
+// every value null).
+std::string LongSaturationJson(int context, const Saturation& b32, const Saturation& b128) {
+  auto number = [&](double v, const char* format) {
+    if (context == 0) return std::string("null");
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), format, v);
+    return std::string(buf);
+  };
+  auto flag = [&](bool v) {
+    return context == 0 ? std::string("null") : std::string(v ? "true" : "false");
+  };
+  std::string json = " \"long_context\": " + number(context, "%.0f");
+  for (const auto& [name, s] : {std::pair<const char*, const Saturation&>{"b32", b32},
+                                {"b128", b128}}) {
+    const std::string key = std::string(name) + "_long";
+    json += ",\n \"saturation_" + key + "\": " + number(s.ratio, "%.3f") +
+            ", \"p99_70_" + key + "_us\": " + number(s.p99_70_us, "%.1f") +
+            ", \"bound_" + key + "_us\": " + number(s.bound_us, "%.1f") +
+            ", \"capacity_" + key + "\": " + number(s.capacity, "%.0f") +
+            ", \"submitted_1_5x_" + key + "\": " + number(s.submitted_1_5x, "%.0f") +
+            ", \"overloaded_" + key + "\": " + flag(s.overloaded());
+  }
+  return json;
 }
 
 int Run(const Options& o) {
@@ -1410,7 +1443,7 @@ int Run(const Options& o) {
         for (bool sleep : {true, false}) {
           section(("saturation A/B, round " + std::to_string(round + 1)).c_str());
           (void)MeasureSaturation(
-              batch, dur, ForSaturation(o, {.sleep_through_steps = sleep}));
+              batch, kContext, dur, ForSaturation(o, {.sleep_through_steps = sleep}));
         }
       }
     }
@@ -1460,17 +1493,24 @@ int Run(const Options& o) {
       for (int batch : {32, 128}) {
         for (const Variation& v : variants) {
           section(("staging A/B, saturation, round " + std::to_string(round + 1)).c_str());
-          (void)MeasureSaturation(batch, dur, v);
+          (void)MeasureSaturation(batch, kContext, dur, v);
         }
       }
     }
   }
-  Saturation s32, s128;
+  Saturation s32, s128, long32, long128;
   if (o.saturation) {
     section("saturation at max batch 32");
-    s32 = MeasureSaturation(32, dur, ForSaturation(o, {}));
+    s32 = MeasureSaturation(32, kContext, dur, ForSaturation(o, {}));
     section("saturation at max batch 128");
-    s128 = MeasureSaturation(128, dur, ForSaturation(o, {}));
+    s128 = MeasureSaturation(128, kContext, dur, ForSaturation(o, {}));
+  }
+  if (o.long_saturation) {
+    const std::string t = " (T=" + std::to_string(o.long_context) + ")";
+    section(("saturation at max batch 32" + t).c_str());
+    long32 = MeasureSaturation(32, o.long_context, dur, ForSaturation(o, {}));
+    section(("saturation at max batch 128" + t).c_str());
+    long128 = MeasureSaturation(128, o.long_context, dur, ForSaturation(o, {}));
   }
   section("done");
 
@@ -1487,7 +1527,7 @@ int Run(const Options& o) {
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::fprintf(f,
                "{\"device\": \"%s\", \"date\": \"%s\", \"commit\": \"%s\",\n"
-               " \"shape\": \"H32 Hkv32 D128 T512 (b1, host); H32 Hkv8 D128 T512 (saturation)\",\n"
+               " \"shape\": \"H32 Hkv32 D128 T512 (b1, host); H32 Hkv8 D128 T512 (saturation; and long_context)\",\n"
                " \"floor_us\": %.2f, \"floor_p99_us\": %.2f, \"floor_b32_us\": %.2f, "
                "\"floor_b128_us\": %.2f, \"floor_with_decode_us\": %.2f, "
                "\"floor_with_decode_copy_kernels_us\": %.2f,\n"
@@ -1514,7 +1554,7 @@ int Run(const Options& o) {
                "\"saturation_mapped_staging\": \"%s\", \"saturation_requests\": \"%s\", "
                "\"saturation_producers_b32\": %d, \"saturation_producers_b128\": %d,\n"
                " \"submitted_1_5x_b32\": %.0f, \"submitted_1_5x_b128\": %.0f, "
-               "\"overloaded_b32\": %s, \"overloaded_b128\": %s}\n",
+               "\"overloaded_b32\": %s, \"overloaded_b128\": %s,\n%s}\n",
                prop.name, date, o.commit.c_str(), floor1.p50, floor1.p99, floors[1].second.p50,
                floors[2].second.p50, floor_decode.p50, floor_decode_kernel_copies.p50, graph.p50,
                graph.p99,
@@ -1531,7 +1571,9 @@ int Run(const Options& o) {
                StagingName(o.mapped_staging_bytes).c_str(),
                o.device_memory_requests ? "device-visible" : "host", s32.producers,
                s128.producers, s32.submitted_1_5x, s128.submitted_1_5x,
-               s32.overloaded() ? "true" : "false", s128.overloaded() ? "true" : "false");
+               s32.overloaded() ? "true" : "false", s128.overloaded() ? "true" : "false",
+               LongSaturationJson(o.long_saturation ? o.long_context : 0, long32, long128)
+                   .c_str());
   std::fclose(f);
   std::printf("wrote %s\n", path.c_str());
   return 0;
@@ -1554,7 +1596,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick] [--sections LIST] [--b1-only] [--saturation-ab] [--staging-ab]\n"
+          "[--quick] [--sections LIST] [--long-context T] [--b1-only] [--saturation-ab] [--staging-ab]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -1565,9 +1607,11 @@ int main(int argc, char** argv) {
           "  --duration S     seconds per load run (default 0.5)\n"
           "  --quick          300 samples, 0.2 s runs\n"
           "  --sections LIST  comma-separated, of b1 (floors and B=1 rows), host (host CPU at\n"
-          "                   B=128), saturation (max batch 32 and 128); default all (the\n"
-          "                   summary is written only with all three); none: only the A/B\n"
-          "                   sections asked for\n"
+          "                   B=128), saturation (max batch 32 and 128, T=512), long (the same\n"
+          "                   at T=--long-context); default all (the summary is written only\n"
+          "                   with the first three; long's keys are null without it); none:\n"
+          "                   only the A/B sections asked for\n"
+          "  --long-context T the long section's prefilled tokens per sequence (default 4096)\n"
           "  --b1-only        --sections b1\n"
           "  --saturation-ab  also: saturation at max batch 32 and 128 with steps slept through\n"
           "                   and spin-waited, alternating, twice (sleep_through_steps A/B)\n"
@@ -1604,7 +1648,13 @@ int main(int argc, char** argv) {
       o.quick = true;
     } else if (a == "--b1-only") {
       o.b1 = true;
-      o.host = o.saturation = false;
+      o.host = o.saturation = o.long_saturation = false;
+    } else if (a == "--long-context") {
+      o.long_context = std::atoi(value("--long-context").c_str());
+      if (o.long_context < 64 || o.long_context > 65536) {
+        std::fprintf(stderr, "api_host_path_bench: --long-context must be 64..65536\n");
+        return 2;
+      }
     } else if (a == "--untimed-saturation") {
       o.saturation_timings = false;
     } else if (a == "--pack-threads") {
@@ -1643,9 +1693,10 @@ int main(int argc, char** argv) {
       o.b1 = list.find(",b1,") != std::string::npos;
       o.host = list.find(",host,") != std::string::npos;
       o.saturation = list.find(",saturation,") != std::string::npos;
-      if (!(o.b1 || o.host || o.saturation) && list != ",none,") {
+      o.long_saturation = list.find(",long,") != std::string::npos;
+      if (!(o.b1 || o.host || o.saturation || o.long_saturation) && list != ",none,") {
         std::fprintf(stderr, "api_host_path_bench: --sections names none of b1, host, "
-                             "saturation (or none: only the A/B sections)\n");
+                             "saturation, long (or none: only the A/B sections)\n");
         return 2;
       }
     } else {
@@ -1653,7 +1704,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(o.b1 || o.host || o.saturation || o.saturation_ab || o.staging_ab || o.lone_ab)) {
+  if (!(o.b1 || o.host || o.saturation || o.long_saturation || o.saturation_ab || o.staging_ab || o.lone_ab)) {
     std::fprintf(stderr, "api_host_path_bench: nothing to run (--sections none without an A/B)\n");
     return 2;
   }
