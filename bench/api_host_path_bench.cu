@@ -1157,15 +1157,18 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
 // Every sequence starts each run at `context` tokens.
 Saturation MeasureSaturation(int batch, int context, double duration_s,
                              Variation variation = {}) {
-  constexpr int kWindowUs = 200, kSequences = 1024;
+  constexpr int kWindowUs = 200;
+  // 1024 sequences at T=512 (1 GiB of K/V), 256 from T=2048 on (4 GiB at T=4096; each run's
+  // reset prefills them all again).
+  const int sequences = context >= 2048 ? 256 : 1024;
   // Room for the growth of one run (each starts again at `context`) at up to 3 M requests/s
   // at T=512, and proportionally fewer at longer contexts (a step's time grows with T).
   const double max_rate = 3.0e6 * std::min(1.0, double(kContext) / context);
   const ModelShape shape =
-      LoadShape(context + static_cast<int>(max_rate * duration_s / kSequences * 1.5) + 64);
+      LoadShape(context + static_cast<int>(max_rate * duration_s / sequences * 1.5) + 64);
   runtime::CudaExecutorOptions co;
   co.shape = shape;
-  co.num_blocks = kSequences * (shape.max_blocks_per_sequence() + 1) + 64;
+  co.num_blocks = sequences * (shape.max_blocks_per_sequence() + 1) + 64;
   co.max_batch_size = batch;
   co.record_timings = variation.record_timings;  // where a step's host time goes
   co.sleep_through_steps = variation.sleep_through_steps;
@@ -1180,15 +1183,17 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   const std::vector<Half> kv =
       tools::UniformHalves(rng, std::size_t(context) * shape.kv_token_elems());
   auto reset = [&] {
-    const Status p = tools::ResetSequences(ex->get(), kSequences, context, kv);
+    const Status p = tools::ResetSequences(ex->get(), sequences, context, kv);
     if (!p.ok()) Die("ResetSequences: " + p.ToString());
   };
+  const Clock::time_point prefill_start = Clock::now();
   reset();
+  const double prefill_s = std::chrono::duration<double>(Clock::now() - prefill_start).count();
   (void)(*ex)->TakeTimings();
   const int producers = variation.producers > 0 ? variation.producers : ProducersFor(batch);
-  std::printf("  prefilled %d sequences of %d tokens; pack threads %d, buffers %d, mapped "
+  std::printf("  prefilled %d sequences of %d tokens in %.2f s; pack threads %d, buffers %d, mapped "
               "staging %s, completion threads %d, producers %d, requests in %s memory\n",
-              kSequences, context, variation.pack_threads, variation.buffers,
+              sequences, context, prefill_s, variation.pack_threads, variation.buffers,
               StagingName(variation.mapped_staging_bytes).c_str(),
               variation.completion_threads, producers,
               variation.device_memory_requests ? "device-visible" : "host");
@@ -1204,7 +1209,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   for (int staged = 0; staged <= (staged_capacity ? 1 : 0); ++staged) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (staged == 1 || attempt > 0) reset();  // the first run starts from the reset above
-      auto c = tools::MeasureExecutorCapacity(ex->get(), batch, kSequences, duration_s,
+      auto c = tools::MeasureExecutorCapacity(ex->get(), batch, sequences, duration_s,
                                               staged == 1);
       if (!c.ok()) Die("capacity: " + c.status().ToString());
       std::printf("  capacity run %d, %s: %.0f req/s (step %.1f us)\n", attempt + 1,
@@ -1226,7 +1231,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.window = std::chrono::microseconds(kWindowUs);
     c.max_batch = batch;
     c.duration_s = duration_s;
-    c.num_sequences = kSequences;
+    c.num_sequences = sequences;
     c.producers = producers;
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
     c.completion_threads = variation.completion_threads;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/internal/fp8_e4m3.h"
@@ -133,12 +134,50 @@ Status KvCache::WriteTokens(SequenceId id, int layer, int start, int n, const Ha
   const std::size_t token_bytes = static_cast<std::size_t>(hkv) * row_bytes;
   const auto* k_bytes = static_cast<const std::byte*>(k_src);
   const auto* v_bytes = static_cast<const std::byte*>(v_src);
-  // One strided copy per (block, head): `run` tokens, contiguous in the pool's page, Hkv*D apart
-  // in the host input.
+  // Whole blocks whose ids run consecutively are one contiguous range of the layer's pool
+  // ([block][Hkv][bs][D]): their tokens are put in that order on the host, from the input's
+  // [token][Hkv][D], and copied at once. (One strided copy of bs rows per block and head took
+  // 4,096 synchronous copies for a 4,096-token prefill of Hkv = 8 into device pools: ~40 ms on
+  // an H100 host, 2026-11-28.) A block the write starts or ends inside keeps one strided copy
+  // per head: `run` tokens, contiguous in the pool's page, Hkv*D apart in the input.
+  constexpr std::size_t kMaxStagedBytes = std::size_t{8} << 20;
+  const std::size_t block_bytes = static_cast<std::size_t>(bs) * token_bytes;
+  const int max_run_blocks = static_cast<int>(std::max<std::size_t>(1, kMaxStagedBytes / block_bytes));
+  std::vector<std::byte> staged;
   for (int pos = start; pos < end;) {
     const int offset = pos % bs;
+    const std::size_t first = static_cast<std::size_t>(pos / bs);
+    if (offset == 0 && end - pos >= bs) {
+      int m = 1;  // whole blocks from `first` whose ids are consecutive
+      while (m < max_run_blocks && pos + (m + 1) * bs <= end &&
+             blocks[first + static_cast<std::size_t>(m)] == blocks[first] + m) {
+        ++m;
+      }
+      staged.resize(static_cast<std::size_t>(m) * block_bytes);
+      const std::size_t dst =
+          static_cast<std::size_t>(TokenOffset(layer, blocks[first], 0, 0)) * elem_bytes;
+      const std::size_t src = static_cast<std::size_t>(pos - start) * token_bytes;
+      for (const auto& [pool, input] : {std::pair{pools_->k(), k_bytes},
+                                        std::pair{pools_->v(), v_bytes}}) {
+        for (int b = 0; b < m; ++b) {
+          for (int h = 0; h < hkv; ++h) {
+            for (int t = 0; t < bs; ++t) {
+              const std::size_t token = static_cast<std::size_t>(b) * bs + t;
+              std::memcpy(staged.data() + ((static_cast<std::size_t>(b) * hkv + h) * bs + t) *
+                                              row_bytes,
+                          input + src + token * token_bytes + h * row_bytes, row_bytes);
+            }
+          }
+        }
+        ATTNRT_RETURN_IF_ERROR(pools_->CopyRowsToPool(pool + dst, row_bytes, staged.data(),
+                                                      row_bytes, row_bytes,
+                                                      static_cast<std::size_t>(m) * hkv * bs));
+      }
+      pos += m * bs;
+      continue;
+    }
     const int run = std::min(bs - offset, end - pos);
-    const BlockId block = blocks[static_cast<std::size_t>(pos / bs)];
+    const BlockId block = blocks[first];
     const std::size_t src = static_cast<std::size_t>(pos - start) * token_bytes;
     for (int h = 0; h < hkv; ++h) {
       const std::size_t dst = static_cast<std::size_t>(TokenOffset(layer, block, h, offset)) *

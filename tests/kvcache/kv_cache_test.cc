@@ -195,6 +195,80 @@ TEST(KvCacheTest, LayoutMatchesTheDocumentedHndFormula) {
   }
 }
 
+// Whole blocks with consecutive ids are written as one range: a table with a run of such blocks
+// and a break in it, written in pieces that start and end mid-block and in one piece, lands
+// token by token where the documented layout says, and the other sequence's blocks keep theirs.
+TEST(KvCacheTest, WritesAcrossRunsOfConsecutiveBlocksMatchTheLayout) {
+  ModelShape s = TestShape();
+  s.num_q_heads = 6;
+  s.num_kv_heads = 3;  // rows of three heads interleave in the input
+  s.max_context = 512;
+  constexpr int kBlocks = 16;
+  auto c = MakeCache(kBlocks, s);
+  ASSERT_NE(c, nullptr);
+  std::vector<BlockCopy> copies;
+  // Sequence 1 takes blocks, sequence 2 one between them, then sequence 1 more: its table has
+  // a run of consecutive ids and a break.
+  ASSERT_TRUE(c->sequences().Create(1).ok());
+  ASSERT_TRUE(c->sequences().Create(2).ok());
+  ASSERT_TRUE(c->sequences().Append(1, kAll, 3 * s.block_size, &copies).ok());
+  ASSERT_TRUE(c->sequences().Append(2, kAll, 5, &copies).ok());
+  const int n = 11 * s.block_size + 5;  // grows into sequence 2's block and past it
+  ASSERT_TRUE(c->sequences().Append(1, kAll, n - 3 * s.block_size, &copies).ok());
+  ASSERT_TRUE(copies.empty());
+  const std::vector<BlockId> table(c->sequences().Blocks(1)->begin(),
+                                   c->sequences().Blocks(1)->end());
+  int consecutive = 0, breaks = 0;
+  for (std::size_t j = 1; j < table.size(); ++j) {
+    (table[j] == table[j - 1] + 1 ? consecutive : breaks) += 1;
+  }
+  ASSERT_GE(consecutive, 2) << "the allocator placed no run of blocks: the test covers nothing";
+  ASSERT_GE(breaks, 1) << "the table has no break: the test covers one run only";
+  ASSERT_EQ(table.size(), 12u);
+
+  const std::size_t tok = static_cast<std::size_t>(s.kv_token_elems());
+  const std::vector<Half> k2 = RandomNormalHalf(5 * tok, 90);
+  const std::vector<Half> v2 = RandomNormalHalf(5 * tok, 91);
+  for (int l = 0; l < s.num_layers; ++l) {
+    ASSERT_TRUE(c->WriteTokens(2, l, 0, 5, k2.data(), v2.data()).ok());
+  }
+  const std::vector<Half> k2_pool = PoolCopy(*c, false);
+  const std::vector<Half> v2_pool = PoolCopy(*c, true);
+  const BlockId block2 = (*c->sequences().Blocks(2))[0];
+  for (int pieces : {1, 3}) {
+    for (int l = 0; l < s.num_layers; ++l) {
+      const std::vector<Half> k = RandomNormalHalf(n * tok, 10 * pieces + l);
+      const std::vector<Half> v = RandomNormalHalf(n * tok, 20 * pieces + l);
+      // One write, or three: [0, 9), [9, 2 bs + 3), [2 bs + 3, n): starts and ends mid-block.
+      const std::vector<int> cuts =
+          pieces == 1 ? std::vector<int>{0, n} : std::vector<int>{0, 9, 2 * s.block_size + 3, n};
+      for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+        ASSERT_TRUE(c->WriteTokens(1, l, cuts[i], cuts[i + 1] - cuts[i], k.data() + cuts[i] * tok,
+                                   v.data() + cuts[i] * tok)
+                        .ok());
+      }
+      for (int p = 0; p < n; ++p) {
+        const int block = table[static_cast<std::size_t>(p / s.block_size)];
+        for (int h = 0; h < s.num_kv_heads; ++h) {
+          for (int d = 0; d < s.head_dim; ++d) {
+            const std::int64_t at = HndOffset(s, kBlocks, l, block, h, p % s.block_size, d);
+            const std::size_t in = (p * s.num_kv_heads + h) * s.head_dim + d;
+            ASSERT_EQ(c->k_data()[at].bits, k[in].bits) << "l " << l << " p " << p << " h " << h;
+            ASSERT_EQ(c->v_data()[at].bits, v[in].bits) << "l " << l << " p " << p << " h " << h;
+          }
+        }
+      }
+    }
+    // Sequence 2's block, between sequence 1's, is as it was.
+    for (int l = 0; l < s.num_layers; ++l) {
+      const std::int64_t at = HndOffset(s, kBlocks, l, block2, 0, 0, 0);
+      const std::size_t elems = static_cast<std::size_t>(s.num_kv_heads) * s.block_size * s.head_dim;
+      ASSERT_TRUE(SameBits(c->k_data() + at, k2_pool.data() + at, elems)) << "layer " << l;
+      ASSERT_TRUE(SameBits(c->v_data() + at, v2_pool.data() + at, elems)) << "layer " << l;
+    }
+  }
+}
+
 TEST(KvCacheTest, ApplyCopiesCopiesEveryLayersKAndVOfABlock) {
   const ModelShape s = TestShape();
   constexpr int kBlocks = 6;
