@@ -78,6 +78,9 @@ struct Options {
   // packed into the step's staging, alternating, twice (--staging-ab; not part of the summary).
   bool staging_ab = false;
   bool lone_ab = false;  // --lone-ab
+  // Saturation at (max batch 128, T=512) and (32, T=long_context) with staged pieces in place
+  // always and only when the GPU is idle, alternating, twice (--in-place-ab; not in the summary).
+  bool in_place_ab = false;
   // The saturation executors' CudaExecutorOptions::record_timings (--untimed-saturation).
   bool saturation_timings = true;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
@@ -529,8 +532,13 @@ struct Variation {
   int completion_threads = defaults::kCompletionThreads;                // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
+  // Their executors' CudaExecutorOptions::in_place_only_when_idle.
+  bool in_place_only_when_idle = runtime::CudaExecutorOptions{}.in_place_only_when_idle;
   std::string Name() const {
     std::string name;
+    if (in_place_only_when_idle != runtime::CudaExecutorOptions{}.in_place_only_when_idle) {
+      name += in_place_only_when_idle ? " (in place only when idle)" : " (in place always)";
+    }
     if (!sleep_through_steps) name += " (steps spin-waited)";
     if (stage_in_mapped_memory != RuntimeOptions{}.stage_in_mapped_memory) {
       name += stage_in_mapped_memory ? " (staged in mapped memory)"
@@ -1029,10 +1037,12 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
               "others %.1f us)\n", 100.0 * idle_gpu.size() / t.size(),
               idle_gpu.empty() ? 0.0 : Percentile(idle_gpu, 0.5),
               busy_gpu.empty() ? 0.0 : Percentile(busy_gpu, 0.5));
+  const auto in_place = std::count_if(t.begin(), t.end(),
+                                      [](const runtime::PieceTimings& p) { return p.in_place; });
   std::printf("    of the pieces: %.1f%% host-memory only, %.1f%% mixed, %.1f%% device-memory "
-              "only\n",
+              "only (%.1f%% read and written in place)\n",
               100.0 * host_only / t.size(), 100.0 * mixed / t.size(),
-              100.0 * (t.size() - host_only - mixed) / t.size());
+              100.0 * (t.size() - host_only - mixed) / t.size(), 100.0 * in_place / t.size());
   return median(&runtime::PieceTimings::gpu_us);
 }
 
@@ -1175,6 +1185,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   co.pack_threads = variation.pack_threads;
   co.num_buffers = variation.buffers;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
+  co.in_place_only_when_idle = variation.in_place_only_when_idle;
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   // Every run starts with every sequence at `context` tokens (tools::ResetSequences: runs
@@ -1503,6 +1514,18 @@ int Run(const Options& o) {
       }
     }
   }
+  if (o.in_place_ab) {
+    for (int round = 0; round < 2; ++round) {
+      for (const auto& [batch, context] : {std::pair{128, kContext}, {32, o.long_context}}) {
+        for (bool only_when_idle : {false, true}) {
+          section(("in-place A/B, round " + std::to_string(round + 1)).c_str());
+          (void)MeasureSaturation(
+              batch, context, dur,
+              ForSaturation(o, {.in_place_only_when_idle = only_when_idle}));
+        }
+      }
+    }
+  }
   Saturation s32, s128, long32, long128;
   if (o.saturation) {
     section("saturation at max batch 32");
@@ -1601,7 +1624,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick] [--sections LIST] [--long-context T] [--b1-only] [--saturation-ab] [--staging-ab]\n"
+          "[--quick] [--sections LIST] [--long-context T] [--b1-only] [--saturation-ab] [--staging-ab] [--in-place-ab]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -1626,6 +1649,10 @@ int main(int argc, char** argv) {
           "  --lone-ab        also: a lone piece of 128 staged requests through Executor::Run, a\n"
           "                   lone host-memory piece, and each side of the staged one alone\n"
           "                   (compute off; copies off), twice\n"
+          "  --in-place-ab    also: saturation at max batch 128 (T=512) and 32 (T=--long-context)\n"
+          "                   with staged pieces read and written in place always, and only\n"
+          "                   when the GPU is idle (CudaExecutorOptions::\n"
+          "                   in_place_only_when_idle), alternating, twice\n"
           "  --untimed-saturation  the saturation executors record no per-piece timings (no\n"
           "                   breakdown lines; the launch path as a Runtime runs it)\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
@@ -1689,6 +1716,8 @@ int main(int argc, char** argv) {
       o.device_memory_requests = true;
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
+    } else if (a == "--in-place-ab") {
+      o.in_place_ab = true;
     } else if (a == "--lone-ab") {
       o.lone_ab = true;
     } else if (a == "--staging-ab") {
@@ -1709,7 +1738,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(o.b1 || o.host || o.saturation || o.long_saturation || o.saturation_ab || o.staging_ab || o.lone_ab)) {
+  if (!(o.b1 || o.host || o.saturation || o.long_saturation || o.in_place_ab || o.saturation_ab || o.staging_ab || o.lone_ab)) {
     std::fprintf(stderr, "api_host_path_bench: nothing to run (--sections none without an A/B)\n");
     return 2;
   }

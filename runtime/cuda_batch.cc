@@ -108,6 +108,11 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
 }
 
+bool CudaExecutor::Impl::DeviceGraphFits(const Piece& piece) const {
+  if (!paths[piece.path].variant->reads_rows_in_place) return true;  // it gathers and scatters
+  return piece.device_rows_aligned && (piece.solo || !options.in_place_only_when_idle);
+}
+
 void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
   PipelineBuffer& buf = buffers[piece.buffer];
   cudaStream_t st = buf.stream.get();
@@ -127,10 +132,11 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
         } else if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
-        } else if (e.device_only() && (piece.device_rows_aligned ||
-                                       !paths[piece.path].variant->reads_rows_in_place)) {
+        } else if (e.device_only() && DeviceGraphFits(piece)) {
           status = CudaStatus(cudaGraphLaunch(g.device_exec.get(), st),
                               "cudaGraphLaunch(device)", __FILE__, __LINE__);
+          piece.timings.in_place =
+              status.ok() && paths[piece.path].variant->reads_rows_in_place;
         } else {
           status = SetEnables(g, e);
           if (status.ok()) {

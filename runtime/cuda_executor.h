@@ -95,6 +95,9 @@ struct CudaExecutorOptions {
   // the same as its compute alone, against 176-177 with a gather of q/k/v before the step and a
   // scatter of out/lse after it; bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
   // with a request not 16-byte aligned take the general graph (gather and scatter).
+  // in_place_only_when_idle: only a piece launched while the GPU has nothing of ours (latency:
+  // its gather, step and scatter would run in series) reads and writes in place; the others
+  // take the general graph, whose gather runs beside the compute before it.
   // On the other paths (simple, GEMM), which gather q/k/v and scatter out/lse, buckets of at
   // least twice this many rows run in chunks of this many rows: chunk i+1's gather overlaps
   // chunk i's append + decode, and chunk i's scatter the next chunk's, instead of gather,
@@ -104,6 +107,7 @@ struct CudaExecutorOptions {
   // in chunks of 64 rows, 177-191 in 32, 194-198 in 16, 187-192 in one chunk (r3, r5): smaller
   // chunks lose more to each compute's tail than they overlap.
   int device_io_chunk_rows = 64;
+  bool in_place_only_when_idle = false;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.
@@ -151,6 +155,9 @@ struct PieceTimings {
   bool launched_into_idle_stream = false;
   // Run's caller completed it on the solo graph (no compute-order events, a stream sync).
   bool solo = false;
+  // Its step read q and wrote out/lse where the requests live (the device-memory graph of a
+  // path that reads rows in place), with no gather of q or scatter.
+  bool in_place = false;
 };
 
 // Thread safety: as Executor. Submit plans a batch on the calling thread; a launcher thread

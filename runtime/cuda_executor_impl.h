@@ -452,6 +452,10 @@ struct CudaExecutor::Impl {
   }
   int AcquireBuffer();
   void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
+  // Whether a piece of device-memory requests only may run CapturedGraph::device_exec (on a
+  // path that reads rows in place: its rows aligned, and CudaExecutorOptions::
+  // in_place_only_when_idle) rather than the general graph.
+  bool DeviceGraphFits(const Piece& piece) const;
   void Launch(Piece& piece, const NodeEnables& e);
   void CompletionLoop();
   // Waits for a launched piece, copies host-memory outputs out, frees its buffer; settles the

@@ -360,6 +360,65 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
   }
 }
 
+// in_place_only_when_idle: a piece of staged requests launched while batches are in flight
+// takes the general graph (gather, step, scatter); one launched into an idle executor, and with
+// the option off every piece, reads and writes in place. Results match either way.
+TEST_F(CudaExecutorGpuTest, StagedPiecesWhileBusyGatherUnlessInPlaceAlways) {
+  for (bool only_when_idle : {true, false}) {
+    SCOPED_TRACE(only_when_idle ? "in place only when idle" : "in place always");
+    CudaExecutorOptions o = Options();
+    o.offer_staging_memory = true;
+    o.record_timings = true;
+    o.kernel_copy_max_bytes = 0;  // no bucket packs staged requests
+    o.in_place_only_when_idle = only_when_idle;
+    auto ex = Make(o);
+    ASSERT_NE(ex, nullptr);
+    ASSERT_TRUE(ex->SelectPath("split_kv").ok());  // a path that reads rows in place
+    StagingMemory* staging = ex->staging_memory();
+    ASSERT_NE(staging, nullptr);
+    RandomWorkload w(*ex, only_when_idle ? 612 : 613);
+    w.AddSequences(40, 400);
+    const StagedChunk layout(ex->shape());
+    constexpr int kBatches = 12;
+    std::vector<std::vector<OwnedRequest>> batches;
+    std::vector<char*> bases;
+    std::vector<std::vector<Status>> statuses(kBatches);
+    for (int b = 0; b < kBatches; ++b) {
+      batches.push_back(w.MakeBatch(w.rng().NextInt(20, 64)));
+      auto* base = static_cast<char*>(staging->Allocate(layout.bytes() * batches.back().size()));
+      ASSERT_NE(base, nullptr);
+      bases.push_back(base);
+      Batch batch = RandomWorkload::ToBatch(batches.back());
+      for (std::size_t i = 0; i < batches.back().size(); ++i) {
+        layout.Stage(base + i * layout.bytes(), batches.back()[i], &batch.requests[i]);
+      }
+      ASSERT_TRUE(ex->Submit(std::move(batch),
+                             [&, b](std::vector<Status> st) { statuses[b] = std::move(st); })
+                      .ok());
+    }
+    ex->Wait();
+    for (int b = 0; b < kBatches; ++b) {
+      for (std::size_t i = 0; i < batches[b].size(); ++i) {
+        ASSERT_TRUE(statuses[b][i].ok()) << statuses[b][i].ToString();
+        layout.ReadBack(bases[b] + i * layout.bytes(), &batches[b][i]);
+        EXPECT_TRUE(MatchesExpected(batches[b][i])) << "batch " << b << " request " << i;
+      }
+      staging->Free(bases[b]);
+    }
+    const std::vector<PieceTimings> t = ex->TakeTimings();
+    ASSERT_EQ(static_cast<int>(t.size()), kBatches);
+    EXPECT_TRUE(t[0].in_place) << "the first piece, launched into an idle executor";
+    const auto gathered = std::count_if(t.begin(), t.end(),
+                                        [](const PieceTimings& p) { return !p.in_place; });
+    if (only_when_idle) {
+      EXPECT_GT(gathered, 0) << "no piece launched behind another took the general graph";
+    } else {
+      EXPECT_EQ(gathered, 0);
+    }
+    EXPECT_EQ(ex->stats().failed_batches, 0);
+  }
+}
+
 // Device-memory pieces: staged requests in pieces of 33-128 rows (buckets 64 and 128) on every
 // path, read and written in place on the split-KV paths, gathered and scattered in row chunks
 // of 16, 32 or 64 rows or none on the others (device_io_chunk_rows), padding rows in the last
