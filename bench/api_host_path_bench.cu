@@ -78,8 +78,8 @@ struct Options {
   // packed into the step's staging, alternating, twice (--staging-ab; not part of the summary).
   bool staging_ab = false;
   bool lone_ab = false;  // --lone-ab
-  // Saturation at (max batch 128, T=512) and (32, T=long_context) with staged pieces in place
-  // always and only when the GPU is idle, alternating, twice (--in-place-ab; not in the summary).
+  // Saturation at max batch 32 and 128, T=long_context, with staged pieces in place always and
+  // only when the GPU is idle (--in-place-ab; not in the summary).
   bool in_place_ab = false;
   // The saturation executors' CudaExecutorOptions::record_timings (--untimed-saturation).
   bool saturation_timings = true;
@@ -1515,14 +1515,11 @@ int Run(const Options& o) {
     }
   }
   if (o.in_place_ab) {
-    for (int round = 0; round < 2; ++round) {
-      for (const auto& [batch, context] : {std::pair{128, kContext}, {32, o.long_context}}) {
-        for (bool only_when_idle : {false, true}) {
-          section(("in-place A/B, round " + std::to_string(round + 1)).c_str());
-          (void)MeasureSaturation(
-              batch, context, dur,
-              ForSaturation(o, {.in_place_only_when_idle = only_when_idle}));
-        }
+    for (int batch : {32, 128}) {
+      for (bool only_when_idle : {false, true}) {
+        section("in-place A/B");
+        (void)MeasureSaturation(batch, o.long_context, dur,
+                                ForSaturation(o, {.in_place_only_when_idle = only_when_idle}));
       }
     }
   }
@@ -1649,10 +1646,9 @@ int main(int argc, char** argv) {
           "  --lone-ab        also: a lone piece of 128 staged requests through Executor::Run, a\n"
           "                   lone host-memory piece, and each side of the staged one alone\n"
           "                   (compute off; copies off), twice\n"
-          "  --in-place-ab    also: saturation at max batch 128 (T=512) and 32 (T=--long-context)\n"
-          "                   with staged pieces read and written in place always, and only\n"
-          "                   when the GPU is idle (CudaExecutorOptions::\n"
-          "                   in_place_only_when_idle), alternating, twice\n"
+          "  --in-place-ab    also: saturation at max batch 32 and 128 (T=--long-context) with\n"
+          "                   staged pieces read and written in place always, and only when\n"
+          "                   the GPU is idle (CudaExecutorOptions::in_place_only_when_idle)\n"
           "  --untimed-saturation  the saturation executors record no per-piece timings (no\n"
           "                   breakdown lines; the launch path as a Runtime runs it)\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"

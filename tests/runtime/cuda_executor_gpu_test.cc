@@ -382,17 +382,20 @@ TEST_F(CudaExecutorGpuTest, StagedPiecesWhileBusyGatherUnlessInPlaceAlways) {
     constexpr int kBatches = 12;
     std::vector<std::vector<OwnedRequest>> batches;
     std::vector<char*> bases;
+    std::vector<Batch> staged;
     std::vector<std::vector<Status>> statuses(kBatches);
-    for (int b = 0; b < kBatches; ++b) {
+    for (int b = 0; b < kBatches; ++b) {  // every batch staged first: then submitted back to back
       batches.push_back(w.MakeBatch(w.rng().NextInt(20, 64)));
       auto* base = static_cast<char*>(staging->Allocate(layout.bytes() * batches.back().size()));
       ASSERT_NE(base, nullptr);
       bases.push_back(base);
-      Batch batch = RandomWorkload::ToBatch(batches.back());
+      staged.push_back(RandomWorkload::ToBatch(batches.back()));
       for (std::size_t i = 0; i < batches.back().size(); ++i) {
-        layout.Stage(base + i * layout.bytes(), batches.back()[i], &batch.requests[i]);
+        layout.Stage(base + i * layout.bytes(), batches.back()[i], &staged.back().requests[i]);
       }
-      ASSERT_TRUE(ex->Submit(std::move(batch),
+    }
+    for (int b = 0; b < kBatches; ++b) {
+      ASSERT_TRUE(ex->Submit(std::move(staged[b]),
                              [&, b](std::vector<Status> st) { statuses[b] = std::move(st); })
                       .ok());
     }
