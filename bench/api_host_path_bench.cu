@@ -79,7 +79,7 @@ struct Options {
   bool staging_ab = false;
   bool lone_ab = false;  // --lone-ab
   // Saturation at max batch 32 and 128, T=long_context, with staged pieces in place always and
-  // only when the GPU is idle (--in-place-ab; not in the summary).
+  // only when the GPU is idle (every busy piece gathered; --in-place-ab; not in the summary).
   bool in_place_ab = false;
   // The saturation executors' CudaExecutorOptions::record_timings (--untimed-saturation).
   bool saturation_timings = true;
@@ -532,12 +532,15 @@ struct Variation {
   int completion_threads = defaults::kCompletionThreads;                // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
-  // Their executors' CudaExecutorOptions::in_place_only_when_idle.
-  bool in_place_only_when_idle = runtime::CudaExecutorOptions{}.in_place_only_when_idle;
+  // Their executors' CudaExecutorOptions::busy_gather_max_rows (-1: its default; 0: staged
+  // pieces always in place; 1024: gathered whenever launched behind another at
+  // busy_gather_min_kv_length 0).
+  int busy_gather_max_rows = -1;
   std::string Name() const {
     std::string name;
-    if (in_place_only_when_idle != runtime::CudaExecutorOptions{}.in_place_only_when_idle) {
-      name += in_place_only_when_idle ? " (in place only when idle)" : " (in place always)";
+    if (busy_gather_max_rows == 0) name += " (in place always)";
+    if (busy_gather_max_rows > 0) {
+      name += " (busy pieces of <= " + std::to_string(busy_gather_max_rows) + " rows gathered)";
     }
     if (!sleep_through_steps) name += " (steps spin-waited)";
     if (stage_in_mapped_memory != RuntimeOptions{}.stage_in_mapped_memory) {
@@ -1185,7 +1188,10 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   co.pack_threads = variation.pack_threads;
   co.num_buffers = variation.buffers;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
-  co.in_place_only_when_idle = variation.in_place_only_when_idle;
+  if (variation.busy_gather_max_rows >= 0) {
+    co.busy_gather_max_rows = variation.busy_gather_max_rows;
+    co.busy_gather_min_kv_length = 0;
+  }
   auto ex = runtime::CreateCudaExecutor(co);
   if (!ex.ok()) Die("CreateCudaExecutor: " + ex.status().ToString());
   // Every run starts with every sequence at `context` tokens (tools::ResetSequences: runs
@@ -1516,10 +1522,10 @@ int Run(const Options& o) {
   }
   if (o.in_place_ab) {
     for (int batch : {32, 128}) {
-      for (bool only_when_idle : {false, true}) {
+      for (int gather_rows : {0, 1024}) {
         section("in-place A/B");
         (void)MeasureSaturation(batch, o.long_context, dur,
-                                ForSaturation(o, {.in_place_only_when_idle = only_when_idle}));
+                                ForSaturation(o, {.busy_gather_max_rows = gather_rows}));
       }
     }
   }
@@ -1648,7 +1654,8 @@ int main(int argc, char** argv) {
           "                   (compute off; copies off), twice\n"
           "  --in-place-ab    also: saturation at max batch 32 and 128 (T=--long-context) with\n"
           "                   staged pieces read and written in place always, and only when\n"
-          "                   the GPU is idle (CudaExecutorOptions::in_place_only_when_idle)\n"
+          "                   the GPU is idle (CudaExecutorOptions::busy_gather_max_rows 0 and\n"
+          "                   1024 at busy_gather_min_kv_length 0)\n"
           "  --untimed-saturation  the saturation executors record no per-piece timings (no\n"
           "                   breakdown lines; the launch path as a Runtime runs it)\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"

@@ -108,12 +108,16 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   std::fill(kv_lengths + piece.count, kv_lengths + l.capacity, 0);
 }
 
-bool CudaExecutor::Impl::DeviceGraphFits(const Piece& piece) const {
+bool CudaExecutor::Impl::DeviceGraphFits(const Piece& piece, int max_kv_length) const {
   if (!paths[piece.path].variant->reads_rows_in_place) return true;  // it gathers and scatters
-  return piece.device_rows_aligned && (piece.solo || !options.in_place_only_when_idle);
+  if (!piece.device_rows_aligned) return false;
+  const bool gather_beside_the_previous_step =
+      !piece.solo && piece.count <= options.busy_gather_max_rows &&
+      max_kv_length >= options.busy_gather_min_kv_length;
+  return !gather_beside_the_previous_step;
 }
 
-void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
+void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e, int max_kv_length) {
   PipelineBuffer& buf = buffers[piece.buffer];
   cudaStream_t st = buf.stream.get();
   if (faults->launch.Hit()) {
@@ -132,7 +136,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e) {
         } else if (e.host_only()) {
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
-        } else if (e.device_only() && DeviceGraphFits(piece)) {
+        } else if (e.device_only() && DeviceGraphFits(piece, max_kv_length)) {
           status = CudaStatus(cudaGraphLaunch(g.device_exec.get(), st),
                               "cudaGraphLaunch(device)", __FILE__, __LINE__);
           piece.timings.in_place =
@@ -336,7 +340,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
           piece.timings.launched_into_idle_stream =
               cudaEventQuery(buffers[last_launched_buffer].done.get()) == cudaSuccess;
         }
-        Launch(piece, e);
+        Launch(piece, e, max_kv_length);
         piece.launched_at = Clock::now();
         if (piece.event_recorded) last_launched_buffer = piece.buffer;
         if (piece.launched_solo && !piece.caller_completes) {

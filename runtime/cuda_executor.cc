@@ -309,6 +309,16 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
                                 std::to_string(options.device_io_chunk_rows) +
                                 ", expected >= 0 (0: one chunk)");
   }
+  if (options.busy_gather_max_rows < 0) {
+    return InvalidArgumentError("busy_gather_max_rows " +
+                                std::to_string(options.busy_gather_max_rows) +
+                                ", expected >= 0 (0: device-memory pieces always in place)");
+  }
+  if (options.busy_gather_min_kv_length < 0) {
+    return InvalidArgumentError("busy_gather_min_kv_length " +
+                                std::to_string(options.busy_gather_min_kv_length) +
+                                ", expected >= 0");
+  }
   if (options.max_batch_size < 1) {
     return InvalidArgumentError("max_batch_size " + std::to_string(options.max_batch_size) +
                                 ", expected >= 1");

@@ -95,9 +95,7 @@ struct CudaExecutorOptions {
   // the same as its compute alone, against 176-177 with a gather of q/k/v before the step and a
   // scatter of out/lse after it; bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
   // with a request not 16-byte aligned take the general graph (gather and scatter).
-  // in_place_only_when_idle: only a piece launched while the GPU has nothing of ours (latency:
-  // its gather, step and scatter would run in series) reads and writes in place; the others
-  // take the general graph, whose gather runs beside the compute before it.
+  // Except busy_gather_*, below: such pieces take the general graph.
   // On the other paths (simple, GEMM), which gather q/k/v and scatter out/lse, buckets of at
   // least twice this many rows run in chunks of this many rows: chunk i+1's gather overlaps
   // chunk i's append + decode, and chunk i's scatter the next chunk's, instead of gather,
@@ -107,7 +105,19 @@ struct CudaExecutorOptions {
   // in chunks of 64 rows, 177-191 in 32, 194-198 in 16, 187-192 in one chunk (r3, r5): smaller
   // chunks lose more to each compute's tail than they overlap.
   int device_io_chunk_rows = 64;
-  bool in_place_only_when_idle = false;
+  // A device-memory piece of at most busy_gather_max_rows requests whose longest row has at
+  // least busy_gather_min_kv_length tokens, launched while earlier pieces are in flight, takes
+  // the general graph (gather, step, scatter) instead of reading in place: its gather then runs
+  // beside the step before it, where reading in place puts each CTA's PCIe round trip for q at
+  // the start of a grid that runs in one wave, and its out/lse writes at the end. A piece
+  // launched into an idle GPU reads in place (its gather, step and scatter would run in
+  // series). H100, H32 Hkv8 D128, 1.5x load, overloaded (bench/results/
+  // 2026-11-28_h100_long-saturation/, r3-r4): max batch 32 served 0.963 of the capacity at
+  // T=2048 and 0.977-0.979 at T=4096 with the gather against 0.891 and 0.950-0.958 in place; at
+  // max batch 128 the gathers of 128 rows cost more than they save (0.82-0.96 against
+  // 0.95-0.99 in place, T=512-4096). 0 rows: always in place.
+  int busy_gather_max_rows = 32;
+  int busy_gather_min_kv_length = 2048;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.

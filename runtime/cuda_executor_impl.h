@@ -452,11 +452,11 @@ struct CudaExecutor::Impl {
   }
   int AcquireBuffer();
   void Pack(Piece& piece, bool* any_host, bool* any_device, int* max_kv_length);
-  // Whether a piece of device-memory requests only may run CapturedGraph::device_exec (on a
-  // path that reads rows in place: its rows aligned, and CudaExecutorOptions::
-  // in_place_only_when_idle) rather than the general graph.
-  bool DeviceGraphFits(const Piece& piece) const;
-  void Launch(Piece& piece, const NodeEnables& e);
+  // Whether a piece of device-memory requests only, whose longest row has `max_kv_length`
+  // tokens, runs CapturedGraph::device_exec rather than the general graph (on a path that reads
+  // rows in place: its rows aligned, and not a busy gather, CudaExecutorOptions::busy_gather_*).
+  bool DeviceGraphFits(const Piece& piece, int max_kv_length) const;
+  void Launch(Piece& piece, const NodeEnables& e, int max_kv_length);
   void CompletionLoop();
   // Waits for a launched piece, copies host-memory outputs out, frees its buffer; settles the
   // batch and calls its done after its last piece. `copy_rows` is scratch. On the completion

@@ -360,9 +360,10 @@ TEST_F(CudaExecutorGpuTest, StagingMemoryRequestsRunInPlace) {
   }
 }
 
-// in_place_only_when_idle: a piece of staged requests launched while batches are in flight
-// takes the general graph (gather, step, scatter); one launched into an idle executor, and with
-// the option off every piece, reads and writes in place. Results match either way.
+// busy_gather_*: a piece of staged requests launched while batches are in flight takes the
+// general graph (gather, step, scatter) when it has few enough rows and a long enough row; one
+// launched into an idle executor, and every piece with busy_gather_max_rows 0, reads and writes
+// in place. Results match either way.
 TEST_F(CudaExecutorGpuTest, StagedPiecesWhileBusyGatherUnlessInPlaceAlways) {
   for (bool only_when_idle : {true, false}) {
     SCOPED_TRACE(only_when_idle ? "in place only when idle" : "in place always");
@@ -370,7 +371,8 @@ TEST_F(CudaExecutorGpuTest, StagedPiecesWhileBusyGatherUnlessInPlaceAlways) {
     o.offer_staging_memory = true;
     o.record_timings = true;
     o.kernel_copy_max_bytes = 0;  // no bucket packs staged requests
-    o.in_place_only_when_idle = only_when_idle;
+    o.busy_gather_max_rows = only_when_idle ? 1024 : 0;  // every busy piece, or none
+    o.busy_gather_min_kv_length = only_when_idle ? 1 : 1 << 20;
     auto ex = Make(o);
     ASSERT_NE(ex, nullptr);
     ASSERT_TRUE(ex->SelectPath("split_kv").ok());  // a path that reads rows in place
@@ -942,6 +944,19 @@ TEST_F(CudaExecutorGpuTest, MemoryReportCoversEveryBucket) {
   EXPECT_EQ(chunks.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(chunks.ToString().find("device_io_chunk_rows"), std::string::npos)
       << chunks.ToString();
+  o.device_io_chunk_rows = 0;
+  for (auto field : {&CudaExecutorOptions::busy_gather_max_rows,
+                     &CudaExecutorOptions::busy_gather_min_kv_length}) {
+    CudaExecutorOptions bad = o;
+    bad.*field = -1;
+    const Status s = CreateCudaExecutor(bad).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.ToString().find(field == &CudaExecutorOptions::busy_gather_max_rows
+                                    ? "busy_gather_max_rows"
+                                    : "busy_gather_min_kv_length"),
+              std::string::npos)
+        << s.ToString();
+  }
 }
 
 }  // namespace
