@@ -81,9 +81,6 @@ struct Options {
   // Saturation at max batch 32 and 128, T=long_context, with staged pieces in place always and
   // only when the GPU is idle (every busy piece gathered; --in-place-ab; not in the summary).
   bool in_place_ab = false;
-  // Saturation at max batch 128, T=512 and T=long_context, with busy staged pieces of 64+ rows
-  // packed and in place, alternating, twice (--busy-pack-ab; not in the summary).
-  bool busy_pack_ab = false;
   // The saturation executors' CudaExecutorOptions::record_timings (--untimed-saturation).
   bool saturation_timings = true;
   int pack_threads = -1;  // the saturation executors' CudaExecutorOptions::pack_threads
@@ -539,12 +536,8 @@ struct Variation {
   // pieces always in place; 1024: gathered whenever launched behind another at
   // busy_gather_min_kv_length 0).
   int busy_gather_max_rows = -1;
-  int busy_pack_min_rows = -1;  // likewise busy_pack_min_rows (-1: its default)
   std::string Name() const {
     std::string name;
-    if (busy_pack_min_rows >= 0) {
-      name += " (busy pieces of >= " + std::to_string(busy_pack_min_rows) + " rows packed)";
-    }
     if (busy_gather_max_rows == 0) name += " (in place always)";
     if (busy_gather_max_rows > 0) {
       name += " (busy pieces of <= " + std::to_string(busy_gather_max_rows) + " rows gathered)";
@@ -1195,7 +1188,6 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   co.pack_threads = variation.pack_threads;
   co.num_buffers = variation.buffers;
   co.offer_staging_memory = variation.stage_in_mapped_memory;
-  if (variation.busy_pack_min_rows >= 0) co.busy_pack_min_rows = variation.busy_pack_min_rows;
   if (variation.busy_gather_max_rows >= 0) {
     co.busy_gather_max_rows = variation.busy_gather_max_rows;
     co.busy_gather_min_kv_length = 0;
@@ -1537,17 +1529,6 @@ int Run(const Options& o) {
       }
     }
   }
-  if (o.busy_pack_ab) {
-    for (int round = 0; round < 2; ++round) {
-      for (int context : {kContext, o.long_context}) {
-        for (int pack_rows : {0, 64}) {
-          section(("busy-pack A/B, round " + std::to_string(round + 1)).c_str());
-          (void)MeasureSaturation(128, context, dur,
-                                  ForSaturation(o, {.busy_pack_min_rows = pack_rows}));
-        }
-      }
-    }
-  }
   Saturation s32, s128, long32, long128;
   if (o.saturation) {
     section("saturation at max batch 32");
@@ -1646,7 +1627,7 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::printf(
           "api_host_path_bench [--out DIR] [--commit SHA] [--iterations N] [--duration S] "
-          "[--quick] [--sections LIST] [--long-context T] [--b1-only] [--saturation-ab] [--staging-ab] [--in-place-ab] [--busy-pack-ab]\n"
+          "[--quick] [--sections LIST] [--long-context T] [--b1-only] [--saturation-ab] [--staging-ab] [--in-place-ab]\n"
           "  The host path's record (issue 11) on one GPU, in one process: the round-trip floor\n"
           "  (graph of H2D q/k/v, a trivial kernel, D2H out), the Runtime's B=1 latency against\n"
           "  it (graph and eager), host CPU per request at B=128, and the scheduler's saturation\n"
@@ -1675,10 +1656,6 @@ int main(int argc, char** argv) {
           "                   staged pieces read and written in place always, and only when\n"
           "                   the GPU is idle (CudaExecutorOptions::busy_gather_max_rows 0 and\n"
           "                   1024 at busy_gather_min_kv_length 0)\n"
-          "  --busy-pack-ab   also: saturation at max batch 128, T=512 and T=--long-context,\n"
-          "                   with staged pieces of 64+ rows launched behind others packed\n"
-          "                   (CudaExecutorOptions::busy_pack_min_rows 64) and in place (0),\n"
-          "                   alternating, twice\n"
           "  --untimed-saturation  the saturation executors record no per-piece timings (no\n"
           "                   breakdown lines; the launch path as a Runtime runs it)\n"
           "  --pack-threads N the saturation executors' pack helper threads (default -1: auto)\n"
@@ -1742,8 +1719,6 @@ int main(int argc, char** argv) {
       o.device_memory_requests = true;
     } else if (a == "--saturation-ab") {
       o.saturation_ab = true;
-    } else if (a == "--busy-pack-ab") {
-      o.busy_pack_ab = true;
     } else if (a == "--in-place-ab") {
       o.in_place_ab = true;
     } else if (a == "--lone-ab") {
@@ -1766,8 +1741,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(o.b1 || o.host || o.saturation || o.long_saturation || o.in_place_ab || o.busy_pack_ab ||
-        o.saturation_ab || o.staging_ab || o.lone_ab)) {
+  if (!(o.b1 || o.host || o.saturation || o.long_saturation || o.in_place_ab || o.saturation_ab || o.staging_ab || o.lone_ab)) {
     std::fprintf(stderr, "api_host_path_bench: nothing to run (--sections none without an A/B)\n");
     return 2;
   }

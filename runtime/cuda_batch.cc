@@ -51,11 +51,8 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   // in this executor's mapped memory (the host reads and writes it too) join them, so the
   // piece runs the host-memory graph instead of both paths (H100, 1.5x offered load at max
   // batch 128: half the pieces mixed records staged on the heap with mapped ones, r4). So do
-  // they in the smallest buckets, where the host-memory graph is the faster one, and in a
-  // large piece launched behind others (CudaExecutorOptions::busy_pack_min_rows).
-  bool pack_staged = PackStagedRows(piece.bucket_index) ||
-                     (!piece.solo && options.busy_pack_min_rows > 0 &&
-                      piece.count >= options.busy_pack_min_rows);
+  // they in the smallest buckets, where the host-memory graph is the faster one.
+  bool pack_staged = PackStagedRows(piece.bucket_index);
   for (int j = 0; j < piece.count && !pack_staged; ++j) {
     pack_staged =
         b.batch.requests[b.plan.live[piece.first + j].index].memory == MemoryKind::kHost;

@@ -314,11 +314,6 @@ StatusOr<std::unique_ptr<CudaExecutor>> CreateCudaExecutor(const CudaExecutorOpt
                                 std::to_string(options.busy_gather_max_rows) +
                                 ", expected >= 0 (0: device-memory pieces always in place)");
   }
-  if (options.busy_pack_min_rows < 0) {
-    return InvalidArgumentError("busy_pack_min_rows " +
-                                std::to_string(options.busy_pack_min_rows) +
-                                ", expected >= 0 (0: never)");
-  }
   if (options.busy_gather_min_kv_length < 0) {
     return InvalidArgumentError("busy_gather_min_kv_length " +
                                 std::to_string(options.busy_gather_min_kv_length) +

@@ -118,11 +118,6 @@ struct CudaExecutorOptions {
   // 0.95-0.99 in place, T=512-4096). 0 rows: always in place.
   int busy_gather_max_rows = 32;
   int busy_gather_min_kv_length = 2048;
-  // A device-memory piece of at least busy_pack_min_rows requests, all staged in
-  // staging_memory(), launched while earlier pieces are in flight, is packed into the step's
-  // staging by the pack pool and runs the host-memory graph (one H2D and one D2H beside the
-  // previous step) instead of reading in place. 0: never.
-  int busy_pack_min_rows = 0;
 };
 
 // Graph and workspace memory of one captured (bucket, path), over all pipeline buffers.
