@@ -124,6 +124,10 @@ class HostPoolMemory final : public PoolMemory {
         CheckPoolRows(k_.get(), v_.get(), bytes_each_, pool, pool_pitch, row_bytes, rows));
     std::byte* dst = pool;
     const auto* src = static_cast<const std::byte*>(host);
+    if (pool_pitch == row_bytes && host_pitch == row_bytes) {  // one contiguous range
+      if (rows > 0) std::memcpy(dst, src, rows * row_bytes);
+      return Status::Ok();
+    }
     for (std::size_t r = 0; r < rows; ++r) {
       std::memcpy(dst + r * pool_pitch, src + r * host_pitch, row_bytes);
     }

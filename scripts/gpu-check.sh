@@ -249,19 +249,24 @@ fi
 
 if has criteria; then
   log "scheduler vs kernel-only capacity (tune_window --criteria: saturation, 70% load)"
-  for b in 32 128; do
-    # Producers enough to overload max batch 128 (~190 k host-memory requests/s each on the
-    # H100 host), not more than max batch 32 needs (bench/NOTES.md, 2026-11-27 sixth session).
-    "$build/examples/tune_window" --device cuda --no-sweep --criteria $b --criteria-window-us 200 \
-      --duration 0.5 --sequences 2048 --producers $((b >= 128 ? 8 : 4)) \
-      >"$out/criteria_b$b.txt" 2>&1
-    rc=$?
-    tail -4 "$out/criteria_b$b.txt"
-    # rc 3 = a performance criterion missed: reported above, not a failed check. rc 1 = a
-    # failed run (requests failed included: tune_window says why).
-    if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
-      log "tune_window --criteria $b: FAILED (rc $rc)"; status=1
-    fi
+  # Issue 11's contexts: T=512 over 2048 sequences, T=4096 over 256 (4 GiB of K/V).
+  for ctx in 512 4096; do
+    for b in 32 128; do
+      # Producers enough to overload max batch 128 (~190 k host-memory requests/s each on the
+      # H100 host), not more than max batch 32 needs (bench/NOTES.md, 2026-11-27 sixth session).
+      name="criteria_b${b}_t${ctx}"
+      "$build/examples/tune_window" --device cuda --no-sweep --criteria $b \
+        --criteria-window-us 200 --duration 0.5 --context $ctx \
+        --sequences $((ctx >= 4096 ? 256 : 2048)) --producers $((b >= 128 ? 8 : 4)) \
+        >"$out/$name.txt" 2>&1
+      rc=$?
+      tail -4 "$out/$name.txt"
+      # rc 3 = a performance criterion missed: reported above, not a failed check. rc 1 = a
+      # failed run (requests failed included: tune_window says why).
+      if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
+        log "tune_window --criteria $b --context $ctx: FAILED (rc $rc)"; status=1
+      fi
+    done
   done
 fi
 
