@@ -108,6 +108,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
   std::string json, csv;
   int repeats = 3;
   int criteria_batch = 0, criteria_window_us = 200, producers = 1, buffers = 3;
+  double criteria_saturation = 0.97;
   bool copy_path = false, no_sweep = false, full_overload = false;
   int inject_failures_every = 0;
   std::string inject_failure_kind = "error";
@@ -132,6 +133,7 @@ struct TuneWindowOptions {  // examples/tune_window.cc
     f.Bool("--full-overload", &full_overload, "overloaded points in full");
     f.Int("--criteria", &criteria_batch, "criteria batch", 0, 1 << 16);
     f.Int("--criteria-window-us", &criteria_window_us, "criteria window");
+    f.Double("--criteria-saturation", &criteria_saturation, "saturation criterion", 0, 2);
     f.Int("--producers", &producers, "producer threads", 1, 64);
     f.Bool("--copy-path", &copy_path, "copy path");
     f.Int("--buffers", &buffers, "pipeline buffers", 2, 16);
@@ -268,7 +270,8 @@ const std::vector<std::string>& Names() {
   static const std::vector<std::string> names = {
       "--help", "-h", "--device", "--rates", "--windows-us", "--max-batches", "--duration",
       "--p99-slo-us", "--max-queue-size", "--heads", "--kv-heads", "--head-dim", "--block-size",
-      "--context", "--sequences", "--json", "--criteria", "--criteria-window-us", "--producers",
+      "--context", "--sequences", "--json", "--criteria", "--criteria-window-us",
+      "--criteria-saturation", "--producers",
       "--copy-path", "--buffers", "--no-sweep", "--inject-failures-every",
       "--inject-failure-kind", "--bind", "--port", "--allow-remote", "--threads", "--layers",
       "--max-context", "--window-us", "--max-batch", "--kv-cache-mb", "--max-seconds",
