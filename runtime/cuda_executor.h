@@ -94,8 +94,8 @@ struct CudaExecutorOptions {
   // k/v only (H100, a lone piece of 128 staged requests, H32 Hkv8 D128 T~600: GPU 133-135 us,
   // the same as its compute alone, against 176-177 with a gather of q/k/v before the step and a
   // scatter of out/lse after it; bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
-  // with a request not 16-byte aligned take the general graph (gather and scatter).
-  // Except busy_gather_*, below: such pieces take the general graph.
+  // with a request not 16-byte aligned take the general graph (gather and scatter), and so do
+  // the pieces busy_gather_* (below) names.
   // On the other paths (simple, GEMM), which gather q/k/v and scatter out/lse, buckets of at
   // least twice this many rows run in chunks of this many rows: chunk i+1's gather overlaps
   // chunk i's append + decode, and chunk i's scatter the next chunk's, instead of gather,
@@ -108,8 +108,8 @@ struct CudaExecutorOptions {
   // A device-memory piece of at most busy_gather_max_rows requests whose longest row has at
   // least busy_gather_min_kv_length tokens, launched while earlier pieces are in flight, takes
   // the general graph (gather, step, scatter) instead of reading in place: its gather then runs
-  // beside the step before it, where reading in place puts each CTA's PCIe round trip for q at
-  // the start of a grid that runs in one wave, and its out/lse writes at the end. A piece
+  // beside the step before it (in place, a grid that runs in one wave likely pays every CTA's
+  // PCIe round trip for q at its start, and its out/lse writes at its end; not profiled). A piece
   // launched into an idle GPU reads in place (its gather, step and scatter would run in
   // series). H100, H32 Hkv8 D128, 1.5x load, overloaded (bench/results/
   // 2026-11-28_h100_long-saturation/, r3-r4): max batch 32 served 0.963 of the capacity at
