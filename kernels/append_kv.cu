@@ -1,5 +1,6 @@
-// Append-KV: copies the new K and V ([Hkv][D] each) of each live batch row into the page that
-// holds position kv_length - 1 of its layer. One CTA per row, 16-byte copies; padded rows exit.
+// Append-KV: copies the new K and V ([Hkv][D] each, from the batch's k_new/v_new or in place at
+// k_rows/v_rows) of each live batch row into the page that holds position kv_length - 1 of its
+// layer. One CTA per row, 16-byte copies; padded rows exit.
 // An FP8 E4M3 cache stores each element quantized under its (layer, kv head) scale
 // (api/internal/fp8_e4m3.h, the host's codec): 8 codes per 16-byte read.
 #include <cstdint>
@@ -21,7 +22,9 @@ __global__ void __launch_bounds__(kAppendThreads)
     AppendKvKernel(const std::int32_t* __restrict__ kv_lengths,
                    const std::int32_t* __restrict__ layers,
                    const std::int32_t* __restrict__ block_tables, int max_blocks_per_seq,
-                   const uint4* __restrict__ k_new, const uint4* __restrict__ v_new, Half* k_pool,
+                   const Half* __restrict__ k_new, const Half* __restrict__ v_new,
+                   const std::uint64_t* __restrict__ k_rows,
+                   const std::uint64_t* __restrict__ v_rows, Half* k_pool,
                    Half* v_pool, std::int64_t layer_stride, std::int64_t block_stride,
                    int block_size, int head_dim, int num_kv_heads, const float* kv_scales,
                    int num_layers) {
@@ -38,7 +41,11 @@ __global__ void __launch_bounds__(kAppendThreads)
                             static_cast<std::int64_t>(pos % block_size) * head_dim;
   const int vecs_per_row = head_dim / 8;  // 8 halves = 16 bytes
   const int vecs = num_kv_heads * vecs_per_row;
-  const std::int64_t src0 = static_cast<std::int64_t>(batch_row) * vecs;
+  // The row's [Hkv][D] of new K and V: in place or in the batch's tensors.
+  const uint4* k_src =
+      static_cast<const uint4*>(NewKvOfRow(k_rows, k_new, batch_row, num_kv_heads, 0, head_dim));
+  const uint4* v_src =
+      static_cast<const uint4*>(NewKvOfRow(v_rows, v_new, batch_row, num_kv_heads, 0, head_dim));
   for (int i = threadIdx.x; i < vecs; i += kAppendThreads) {
     const int h = i / vecs_per_row;
     const int j = i % vecs_per_row;
@@ -47,7 +54,7 @@ __global__ void __launch_bounds__(kAppendThreads)
       // Element offsets are byte offsets in a pool of codes.
       const float k_scale = kv_scales[layer * num_kv_heads + h];
       const float v_scale = kv_scales[(num_layers + layer) * num_kv_heads + h];
-      const uint4 k8 = k_new[src0 + i], v8 = v_new[src0 + i];
+      const uint4 k8 = k_src[i], v8 = v_src[i];
       const __half* kh = reinterpret_cast<const __half*>(&k8);
       const __half* vh = reinterpret_cast<const __half*>(&v8);
       uint2 kc = make_uint2(0u, 0u), vc = make_uint2(0u, 0u);
@@ -61,8 +68,8 @@ __global__ void __launch_bounds__(kAppendThreads)
       *reinterpret_cast<uint2*>(reinterpret_cast<std::uint8_t*>(k_pool) + dst) = kc;
       *reinterpret_cast<uint2*>(reinterpret_cast<std::uint8_t*>(v_pool) + dst) = vc;
     } else {
-      *reinterpret_cast<uint4*>(k_pool + dst) = k_new[src0 + i];
-      *reinterpret_cast<uint4*>(v_pool + dst) = v_new[src0 + i];
+      *reinterpret_cast<uint4*>(k_pool + dst) = k_src[i];
+      *reinterpret_cast<uint4*>(v_pool + dst) = v_src[i];
     }
   }
 }
@@ -92,11 +99,10 @@ Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cud
   for (const Pointer& ptr : {Pointer{"batch.kv_lengths", batch.kv_lengths, 4},
                              Pointer{"batch.layers", batch.layers, 4},
                              Pointer{"batch.block_tables", batch.block_tables, 4},
-                             Pointer{"batch.k_new", batch.k_new, 16},
-                             Pointer{"batch.v_new", batch.v_new, 16},
                              Pointer{"pools.k", pools.k, 16}, Pointer{"pools.v", pools.v, 16}}) {
     ATTNRT_RETURN_IF_ERROR(CheckDevicePointer(ptr.name, ptr.p, ptr.alignment));
   }
+  ATTNRT_RETURN_IF_ERROR(CheckNewKvSources(batch));
   return EnqueueAppendKv(batch, pools, stream);
 }
 
@@ -116,8 +122,8 @@ Status EnqueueAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cu
   const bool fp8 = pools.scales != nullptr;
   ATTNRT_CUDA_RETURN(cudaLaunchKernelEx(
       &cfg, fp8 ? AppendKvKernel<true> : AppendKvKernel<false>, batch.kv_lengths, batch.layers,
-      batch.block_tables, batch.max_blocks_per_seq, reinterpret_cast<const uint4*>(batch.k_new),
-      reinterpret_cast<const uint4*>(batch.v_new), pools.k, pools.v, pools.layer_stride(),
+      batch.block_tables, batch.max_blocks_per_seq, batch.k_new, batch.v_new, batch.k_rows,
+      batch.v_rows, pools.k, pools.v, pools.layer_stride(),
       pools.block_stride(), pools.block_size, pools.head_dim, pools.num_kv_heads, pools.scales,
       pools.num_layers));
   return Status::Ok();

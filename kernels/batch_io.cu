@@ -64,16 +64,16 @@ __global__ void GatherInputsKernel(BatchIoArgs a) {
   if (a.kv_lengths[batch_row] <= 0) return;  // padding
   const std::uint64_t q = a.q_ptrs[batch_row];
   if (q == 0) return;  // host-memory request: the memcpy node filled the buffers
-  // k, v, then q unless the step reads q in place.
+  // k, v, then q.
   const Half* src[3] = {reinterpret_cast<const Half*>(a.k_ptrs[batch_row]),
                         reinterpret_cast<const Half*>(a.v_ptrs[batch_row]),
                         reinterpret_cast<const Half*>(q)};
   Half* dst[3] = {a.k + static_cast<std::int64_t>(batch_row) * a.kv_elems,
                   a.v + static_cast<std::int64_t>(batch_row) * a.kv_elems,
                   a.q + static_cast<std::int64_t>(batch_row) * a.q_elems};
-  const int elems[3] = {a.kv_elems, a.kv_elems, a.kv_only ? 0 : a.q_elems};
+  const int elems[3] = {a.kv_elems, a.kv_elems, a.q_elems};
   // Every row of H*D or Hkv*D halves is a multiple of 16 bytes for the supported head dims.
-  if (Aligned16(src[0]) && Aligned16(src[1]) && (a.kv_only || Aligned16(src[2])) &&
+  if (Aligned16(src[0]) && Aligned16(src[1]) && Aligned16(src[2]) &&
       (a.q_elems & 7) == 0 && (a.kv_elems & 7) == 0) {
     RowRegions r;
     for (int i = 0; i < 3; ++i) {

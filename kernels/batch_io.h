@@ -33,8 +33,6 @@ struct BatchIoArgs {
   Half* v = nullptr;            // [capacity][Hkv][D]
   const Half* out = nullptr;    // [capacity][H][D]
   const float* lse = nullptr;   // [capacity][H]
-  // Gather only: copy k and v (a decode step that reads q in place: DecodeBatchView::q_rows).
-  int kv_only = 0;
 };
 
 // The same kernels as graph kernel nodes (the node keeps its own copy of `args`).

@@ -54,6 +54,18 @@ __device__ __forceinline__ void Half8ToFloat(const uint4& v, float (&out)[8]) {
 
 __device__ __forceinline__ int Log2Pow2(int x) { return __ffs(x) - 1; }
 
+// Where batch row `batch_row`'s new K (or V) of `kv_head` lies: at the request's own address
+// (`rows`: DecodeBatchView::k_rows / v_rows, requests in place) or at the row of the batch's
+// tensor (`tensor`: k_new / v_new, [capacity][Hkv][D] FP16).
+__device__ __forceinline__ const void* NewKvOfRow(const std::uint64_t* rows, const void* tensor,
+                                                  int batch_row, int num_kv_heads, int kv_head,
+                                                  int head_dim) {
+  const std::int64_t in_row = static_cast<std::int64_t>(kv_head) * head_dim * 2;
+  if (rows != nullptr) return reinterpret_cast<const char*>(rows[batch_row]) + in_row;
+  return static_cast<const char*>(tensor) +
+         static_cast<std::int64_t>(batch_row) * num_kv_heads * head_dim * 2 + in_row;
+}
+
 }  // namespace attnrt::kernels
 
 namespace attnrt::kernels {

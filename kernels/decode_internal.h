@@ -45,14 +45,16 @@ std::vector<int> MaxContextBucket(const ModelShape& shape);
 
 // The one check of a run's inputs, whatever the path: InvalidArgument naming the field and value
 // when the views disagree with `shape` or `capacity`, a pointer a kernel dereferences is null or
-// misaligned for its widest access (k_new/v_new only when `reads_new_kv`), or the workspace is
-// smaller than `workspace_bytes` or not 256-byte aligned (cudaMalloc's alignment, which
-// cublasSetWorkspace needs).
+// misaligned for its widest access (the new K/V's, CheckNewKvSources, only when `reads_new_kv`),
+// or the workspace is smaller than `workspace_bytes` or not 256-byte aligned (cudaMalloc's
+// alignment, which cublasSetWorkspace needs).
 Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatchView& batch,
                          const KvPoolView& pools, DecodeWorkspace workspace,
                          std::size_t workspace_bytes, bool reads_new_kv);
 // InvalidArgument "<name> is null" or "<name> is not <alignment>-byte aligned".
 Status CheckDevicePointer(const char* name, const void* p, std::size_t alignment);
+// Where a view's new K/V come from: k_rows/v_rows (both or neither) or else k_new/v_new.
+Status CheckNewKvSources(const DecodeBatchView& batch);
 
 // The append kernel for inputs that passed CheckDecodeInputs (LaunchAppendKv checks first).
 Status EnqueueAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream);
@@ -217,8 +219,10 @@ struct SplitKvParams : PagedDecodeParams {
   unsigned* split_counters;  // [capacity][Hkv] splits arrived; zero between runs
   float* partial_out;  // [capacity][H][max_splits][D]
   float* partial_lse;  // [capacity][H][max_splits], log2 units
-  const Half* k_new;   // [capacity][Hkv][D], read when fuse_append
+  const Half* k_new;   // [capacity][Hkv][D], read when fuse_append and k_rows is null
   const Half* v_new;
+  const std::uint64_t* k_rows;  // DecodeBatchView::k_rows / v_rows (null: k_new, v_new)
+  const std::uint64_t* v_rows;
   int fuse_append;     // 1: the kernel also appends k_new/v_new (tensor-core family only)
 };
 

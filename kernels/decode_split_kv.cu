@@ -140,8 +140,16 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   const Half* k_base = p.k + head_off;
   const Half* v_base = p.v + head_off;
   const int num_kv_heads = p.num_q_heads / p.group;
-  const std::int64_t new_off =
-      (static_cast<std::int64_t>(batch_row) * num_kv_heads + kv_head) * kHeadDim;
+  // The new token's K/V of this (row, kv head): read by the appending split only, once each
+  // (from the request in place, k_rows/v_rows, often across PCIe; or from k_new/v_new).
+  const Half* k_new_row = nullptr;
+  const Half* v_new_row = nullptr;
+  if (append_tok >= 0) {
+    k_new_row = static_cast<const Half*>(
+        NewKvOfRow(p.k_rows, p.k_new, batch_row, num_kv_heads, kv_head, kHeadDim));
+    v_new_row = static_cast<const Half*>(
+        NewKvOfRow(p.v_rows, p.v_new, batch_row, num_kv_heads, kv_head, kHeadDim));
+  }
   const std::int32_t* table =
       p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq;
   char* warp_smem = reinterpret_cast<char*>(tc_smem) + warp * TcWarpSmemBytes<kHeadDim, kFp8>();
@@ -183,8 +191,8 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
                                  static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 16;
         const int dst = Fp8TileOffset<kHeadDim>(r, c);
         if (tok == append_tok) {
-          const uint4* kn = reinterpret_cast<const uint4*>(p.k_new + new_off + c * 16);
-          const uint4* vn = reinterpret_cast<const uint4*>(p.v_new + new_off + c * 16);
+          const uint4* kn = reinterpret_cast<const uint4*>(k_new_row + c * 16);
+          const uint4* vn = reinterpret_cast<const uint4*>(v_new_row + c * 16);
           const uint4 k_row = QuantizeHalf16(kn[0], kn[1], k_scale);
           const uint4 v_row = QuantizeHalf16(vn[0], vn[1], v_scale);
           *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(k_codes) + off) = k_row;
@@ -213,12 +221,12 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
                                static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 8;
       const int dst = SwizzledOffset<kHeadDim>(r, c);
       if (tok == append_tok) {
-        const uint4 k_row = *reinterpret_cast<const uint4*>(p.k_new + new_off + c * 8);
-        const uint4 v_row = *reinterpret_cast<const uint4*>(p.v_new + new_off + c * 8);
+        const uint4 k_row = *reinterpret_cast<const uint4*>(k_new_row + c * 8);
+        const uint4 v_row = *reinterpret_cast<const uint4*>(v_new_row + c * 8);
         *reinterpret_cast<uint4*>(const_cast<Half*>(k_base) + off) = k_row;
         *reinterpret_cast<uint4*>(const_cast<Half*>(v_base) + off) = v_row;
-        CpAsync16(ks + dst, p.k_new + new_off + c * 8, true);
-        CpAsync16(vs + dst, p.v_new + new_off + c * 8, true);
+        *reinterpret_cast<uint4*>(ks + dst) = k_row;  // visible to the warp after its __syncwarp
+        *reinterpret_cast<uint4*>(vs + dst) = v_row;
         continue;
       }
       CpAsync16(ks + dst, valid ? k_base + off : k_base, valid);

@@ -179,6 +179,19 @@ Status CheckDevicePointer(const char* name, const void* p, std::size_t alignment
   return Status::Ok();
 }
 
+Status CheckNewKvSources(const DecodeBatchView& batch) {
+  if ((batch.k_rows == nullptr) != (batch.v_rows == nullptr)) {
+    return InvalidArgumentError("batch.k_rows and batch.v_rows: set both or neither");
+  }
+  if (batch.k_rows != nullptr) {
+    // The addresses in them are the caller's to check (the CUDA executor's, per piece).
+    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.k_rows", batch.k_rows, 8));
+    return CheckDevicePointer("batch.v_rows", batch.v_rows, 8);
+  }
+  ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.k_new", batch.k_new, 16));
+  return CheckDevicePointer("batch.v_new", batch.v_new, 16);
+}
+
 Status PrepareDecodeWorkspace(const DecodePlan& plan, DecodeWorkspace workspace,
                               cudaStream_t stream) {
   if (plan.workspace_zero_bytes == 0) return Status::Ok();
@@ -258,10 +271,7 @@ Status CheckDecodeInputs(const ModelShape& shape, int capacity, const DecodeBatc
     return InvalidArgumentError("pools.scales is set for an fp16 KV cache (only FP8 pools have "
                                 "scales)");
   }
-  if (reads_new_kv) {
-    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.k_new", batch.k_new, 16));
-    ATTNRT_RETURN_IF_ERROR(CheckDevicePointer("batch.v_new", batch.v_new, 16));
-  }
+  if (reads_new_kv) ATTNRT_RETURN_IF_ERROR(CheckNewKvSources(batch));
   if (workspace_bytes > 0) {
     if (workspace.bytes < workspace_bytes) {
       return InvalidArgumentError("workspace.bytes = " + std::to_string(workspace.bytes) +

@@ -233,6 +233,8 @@ Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const Kv
   p.plan = plan.split_kv;
   p.k_new = batch.k_new;
   p.v_new = batch.v_new;
+  p.k_rows = batch.k_rows;
+  p.v_rows = batch.v_rows;
   p.fuse_append = plan.fuses_append ? 1 : 0;
   const WorkspaceLayout layout =
       Layout(plan.shape, plan.capacity, plan.split_kv, plan.device.sm_count);

@@ -66,6 +66,12 @@ struct DecodeBatchView {
   const std::uint64_t* q_rows = nullptr;
   const std::uint64_t* out_rows = nullptr;
   const std::uint64_t* lse_rows = nullptr;
+  // Optional, both or none, for every variant: row i's new K and V ([Hkv][D] each, 16-byte
+  // aligned, device-addressable) read at k_rows[i] and v_rows[i] instead of at row i of
+  // k_new/v_new; with q_rows, a step over requests in place needs no gather at all. Read only
+  // where the new token is appended (kAppendAndDecode, LaunchAppendKv).
+  const std::uint64_t* k_rows = nullptr;
+  const std::uint64_t* v_rows = nullptr;
 };
 
 // Device scratch a decode plan asks for (DecodePlan::workspace_bytes: split-KV partials, the GEMM

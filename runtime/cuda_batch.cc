@@ -84,7 +84,9 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
       out_ptrs[j] = reinterpret_cast<std::uint64_t>(r.out);
       lse_ptrs[j] = reinterpret_cast<std::uint64_t>(r.lse);
       *any_device = true;
-      if (((q_ptrs[j] | out_ptrs[j]) & 15u) != 0) piece.device_rows_aligned = false;
+      if (((q_ptrs[j] | k_ptrs[j] | v_ptrs[j] | out_ptrs[j]) & 15u) != 0) {
+        piece.device_rows_aligned = false;
+      }
     }
   }
   // The q/k/v copies, spread over the pack pool when there are enough bytes to pay for the

@@ -89,11 +89,12 @@ struct CudaExecutorOptions {
   // stage their own requests.
   bool offer_staging_memory = false;
   // Pieces of device-memory requests only (kDevice: device memory, or staging_memory()) run a
-  // graph of their own. On the split-KV paths its decode kernel reads each request's q and
-  // writes its out/lse in place (kernels::DecodeBatchView::q_rows), after a gather of the new
-  // k/v only (H100, a lone piece of 128 staged requests, H32 Hkv8 D128 T~600: GPU 133-135 us,
-  // the same as its compute alone, against 176-177 with a gather of q/k/v before the step and a
-  // scatter of out/lse after it; bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
+  // graph of their own. On the split-KV paths its kernels read each request's q, k and v and
+  // write its out/lse in place (kernels::DecodeBatchView::q_rows, k_rows), with no gather or
+  // scatter (H100, a lone piece of 128 staged requests, H32 Hkv8 D128 T~600, q and out in place
+  // after a gather of k/v: GPU 133-135 us, the same as its compute alone, against 176-177 with a
+  // gather of q/k/v before the step and a scatter of out/lse after it;
+  // bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
   // with a request not 16-byte aligned take the general graph (gather and scatter), and so do
   // the pieces busy_gather_* (below) names.
   // On the other paths (simple, GEMM), which gather q/k/v and scatter out/lse, buckets of at

@@ -413,8 +413,8 @@ struct CudaExecutor::Impl {
   // The device-memory graph of `bucket` in chunks of ChunkBucket's capacity: metadata H2D,
   // then per chunk gather -> append + decode -> scatter, the gathers in a chain and the
   // computes in a chain, so chunk i+1's gather and chunk i's scatter overlap the computes. On a
-  // path that reads requests in place (one chunk) the gather copies k/v only and the step reads
-  // q and writes out/lse in the requests' memory: no scatter.
+  // path that reads requests in place (one chunk) the step reads q/k/v and writes out/lse in the
+  // requests' memory: metadata H2D -> append + decode, no gather, no scatter.
   Status AddDeviceGraph(int path, int bucket, int buffer, Graph* graph, GraphExec* exec);
   // Whether a lean graph moving `in_bytes` to the device and `out_bytes` back copies with
   // kernels (kernel_copy_max_bytes) instead of memcpy nodes.

@@ -279,6 +279,10 @@ kernels::DecodeBatchView ViewRows(kernels::DecodeBatchView v, const ModelShape& 
     v.out_rows += first;
     v.lse_rows += first;
   }
+  if (v.k_rows != nullptr) {
+    v.k_rows += first;
+    v.v_rows += first;
+  }
   return v;
 }
 
@@ -340,11 +344,12 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Grap
                                                buffers[PreviousBuffer(buffer)].computed.get()));
   kernels::DecodeBatchView view = ViewFor(bucket, buffer);
   BatchIoArgs io = IoArgsFor(bucket, buffer);
-  if (in_place) {
+  if (in_place) {  // every request read and written where it is: no gather, no scatter
     view.q_rows = io.q_ptrs;
+    view.k_rows = io.k_ptrs;
+    view.v_rows = io.v_ptrs;
     view.out_rows = io.out_ptrs;
     view.lse_rows = io.lse_ptrs;
-    io.kv_only = 1;
   }
   // The gathers at the device's greatest priority: the block scheduler gives a gather's CTAs
   // the first SM slots that the running compute frees, so the next chunk's inputs cross PCIe
@@ -356,12 +361,15 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Grap
   urgent.priority = greatest_priority;
   cudaGraphNode_t gather = h2d;
   std::vector<cudaGraphNode_t> after{wait};  // what the next compute waits for
+  if (in_place) after.push_back(h2d);
   for (int first = 0; first < l.capacity; first += rows) {
     const BatchIoArgs chunk_io = IoRows(io, first, rows);
-    ATTNRT_RETURN_IF_ERROR(AddGatherNode(raw, &gather, 1, chunk_io, &gather));
-    ATTNRT_CUDA_RETURN(
-        cudaGraphKernelNodeSetAttribute(gather, cudaKernelNodeAttributePriority, &urgent));
-    after.push_back(gather);
+    if (!in_place) {
+      ATTNRT_RETURN_IF_ERROR(AddGatherNode(raw, &gather, 1, chunk_io, &gather));
+      ATTNRT_CUDA_RETURN(
+          cudaGraphKernelNodeSetAttribute(gather, cudaKernelNodeAttributePriority, &urgent));
+      after.push_back(gather);
+    }
     // The chunk's compute, captured into this graph after `after`; its last nodes are what
     // the capture's next node would depend on.
     ATTNRT_CUDA_RETURN(cudaStreamBeginCaptureToGraph(stream.get(), raw, after.data(), nullptr,

@@ -31,6 +31,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::DevicePagedBatch;
+using testing::NewKvRows;
 using testing::MakePagedBatch;
 using testing::PagedBatch;
 using testing::PagedBatchOptions;
@@ -92,7 +93,8 @@ struct Fp8Pools {
   }
 };
 
-enum class AppendMode { kByCaller, kByPlan };
+// kByPlanInPlace: the plan appends, reading the new K/V in place (k_rows/v_rows, NewKvRows).
+enum class AppendMode { kByCaller, kByPlan, kByPlanInPlace };
 
 // The variants that read FP8 pools (every one but gemm).
 const std::vector<std::string> kFp8Variants = {"split_kv", "split_kv_simt", "simple"};
@@ -102,8 +104,9 @@ const std::vector<std::string> kFp8Variants = {"split_kv", "split_kv_simt", "sim
 void RunFp8Case(const std::string& variant, const ModelShape& shape,
                 const std::vector<int>& lengths, const PagedBatchOptions& options,
                 AppendMode mode) {
-  SCOPED_TRACE(variant + (mode == AppendMode::kByPlan ? ": append in the plan's run"
-                                                      : ": append by the caller"));
+  SCOPED_TRACE(variant + (mode == AppendMode::kByCaller ? ": append by the caller"
+                          : mode == AppendMode::kByPlan ? ": append in the plan's run"
+                                                        : ": append in the plan's run, in place"));
   const StatusOr<const DecodeVariant*> found = FindDecodeVariant(variant);
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   const DecodeVariant& v = **found;
@@ -118,18 +121,21 @@ void RunFp8Case(const std::string& variant, const ModelShape& shape,
   ASSERT_TRUE(device.ok()) << device.status().ToString();
   const DecodePlanRequest request{
       shape, host.capacity, 0,
-      mode == AppendMode::kByPlan ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode, *device};
+      mode == AppendMode::kByCaller ? DecodeStep::kDecode : DecodeStep::kAppendAndDecode, *device};
   const StatusOr<DecodePlan> plan = v.plan(request);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   // Only the tensor-core kernel appends inside itself; the others' runs launch the append kernel.
   EXPECT_EQ(plan->fuses_append,
-            mode == AppendMode::kByPlan && v.name == "split_kv" &&
+            mode != AppendMode::kByCaller && v.name == "split_kv" &&
                 plan->split_kv_family == SplitKvFamily::kTensorCore);
   DeviceArray<char> ws_storage;
   DecodeWorkspace ws;
   ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
   if (mode == AppendMode::kByCaller) ASSERT_OK(LaunchAppendKv(dev.view(), pools, nullptr));
-  ASSERT_OK(v.run(*plan, dev.view(), pools, ws, {nullptr, nullptr}));
+  NewKvRows in_place;
+  if (mode == AppendMode::kByPlanInPlace) ASSERT_OK(in_place.Build(host, dev));
+  ASSERT_OK(v.run(*plan, mode == AppendMode::kByPlanInPlace ? in_place.view() : dev.view(), pools,
+                  ws, {nullptr, nullptr}));
   ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
 
   std::vector<Half> out(host.out.size());
@@ -150,9 +156,10 @@ void RunFp8Case(const std::string& variant, const ModelShape& shape,
   testing::ExpectOutputMatchesReference(host, out, lse, ref_out, host.lse, "(FP8 codes)");
 }
 
-void RunBothModes(const std::string& variant, const ModelShape& shape,
+void RunEveryMode(const std::string& variant, const ModelShape& shape,
                   const std::vector<int>& lengths, const PagedBatchOptions& options) {
-  for (AppendMode mode : {AppendMode::kByCaller, AppendMode::kByPlan}) {
+  for (AppendMode mode :
+       {AppendMode::kByCaller, AppendMode::kByPlan, AppendMode::kByPlanInPlace}) {
     RunFp8Case(variant, shape, lengths, options, mode);
   }
 }
@@ -172,7 +179,7 @@ TEST_P(DecodeFp8SweepTest, MatchesReferenceOverTheCodes) {
   PagedBatchOptions opt;
   opt.seed = 5000 + d * 7 + bs * 13 + group * 31;
   opt.capacity = static_cast<int>(lengths.size()) + 1;
-  RunBothModes(variant, shape, lengths, opt);
+  RunEveryMode(variant, shape, lengths, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -195,7 +202,7 @@ TEST_P(DecodeFp8VariantTest, Context32kSplits) {
   PagedBatchOptions opt;
   opt.seed = 77;
   opt.fill_threads = 8;
-  RunBothModes(GetParam(), shape, {32768, 1, 20000}, opt);
+  RunEveryMode(GetParam(), shape, {32768, 1, 20000}, opt);
 }
 
 TEST_P(DecodeFp8VariantTest, PeakySoftmax) {
@@ -204,7 +211,7 @@ TEST_P(DecodeFp8VariantTest, PeakySoftmax) {
   PagedBatchOptions opt;
   opt.seed = 78;
   opt.q_scale = 20.0f;
-  RunBothModes(GetParam(), shape, {4096, 100, 1, 2500}, opt);
+  RunEveryMode(GetParam(), shape, {4096, 100, 1, 2500}, opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DecodeFp8VariantTest, ::testing::ValuesIn(kFp8Variants),

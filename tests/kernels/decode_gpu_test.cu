@@ -28,6 +28,7 @@ namespace {
 using testing::DecodeShape;
 using testing::DeviceArray;
 using testing::DevicePagedBatch;
+using testing::NewKvRows;
 using testing::MakePagedBatch;
 using testing::PagedBatch;
 using testing::PagedBatchOptions;
@@ -59,11 +60,17 @@ class CaseCublas {
 };
 
 // Who appends the new token: the caller (LaunchAppendKv, then a kDecode plan), or the plan
-// (kAppendAndDecode: fused into the kernel in split_kv, the append kernel first elsewhere).
-enum class AppendMode { kByCaller, kByPlan };
+// (kAppendAndDecode: fused into the kernel in split_kv, the append kernel first elsewhere),
+// reading the new K/V from the batch's k_new/v_new or in place (k_rows/v_rows: NewKvRows).
+enum class AppendMode { kByCaller, kByPlan, kByPlanInPlace };
 
 const char* AppendModeName(AppendMode mode) {
-  return mode == AppendMode::kByPlan ? "append in the plan" : "append by the caller";
+  switch (mode) {
+    case AppendMode::kByCaller: return "append by the caller";
+    case AppendMode::kByPlan: return "append in the plan";
+    case AppendMode::kByPlanInPlace: return "append in the plan, new K/V in place";
+  }
+  return "?";
 }
 
 // What a case runs: a table entry's own plan, or (config set) a split-KV family under an
@@ -81,17 +88,23 @@ struct CaseLaunch {
     ATTNRT_ASSIGN_OR_RETURN(const DecodeDevice device, CurrentDecodeDevice());
     const DecodePlanRequest request{
         shape, capacity, 0,
-        mode == AppendMode::kByPlan ? DecodeStep::kAppendAndDecode : DecodeStep::kDecode, device};
+        mode == AppendMode::kByCaller ? DecodeStep::kDecode : DecodeStep::kAppendAndDecode, device};
     if (config) return PlanSplitKv(family, *config, request);
     return variant->plan(request);
   }
-  // Appends (kByCaller) and runs `plan` on `stream`.
+  // Appends (kByCaller) and runs `plan` on `stream`; kByPlanInPlace reads `in_place`'s rows.
   Status Run(AppendMode mode, const DecodePlan& plan, const DevicePagedBatch& dev,
-             DecodeWorkspace ws, const CaseCublas& cublas, cudaStream_t stream) const {
+             DecodeWorkspace ws, const CaseCublas& cublas, cudaStream_t stream,
+             const NewKvRows* in_place = nullptr) const {
     if (mode == AppendMode::kByCaller) {
       ATTNRT_RETURN_IF_ERROR(LaunchAppendKv(dev.view(), dev.pools(), stream));
     }
-    return variant->run(plan, dev.view(), dev.pools(), ws, {stream, cublas.get()});
+    if (mode == AppendMode::kByPlanInPlace && in_place == nullptr) {
+      return InvalidArgumentError("kByPlanInPlace needs its NewKvRows");
+    }
+    const DecodeBatchView view =
+        mode == AppendMode::kByPlanInPlace ? in_place->view() : dev.view();
+    return variant->run(plan, view, dev.pools(), ws, {stream, cublas.get()});
   }
 };
 
@@ -129,10 +142,13 @@ void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const 
 void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
   if (launch.variant != nullptr) ASSERT_OK(launch.variant->supports(shape));
-  for (AppendMode mode : {AppendMode::kByCaller, AppendMode::kByPlan}) {
+  for (AppendMode mode :
+       {AppendMode::kByCaller, AppendMode::kByPlan, AppendMode::kByPlanInPlace}) {
     PagedBatch host = MakePagedBatch(shape, lengths, options);
     DevicePagedBatch dev;
     ASSERT_OK(dev.Upload(host));
+    NewKvRows in_place;
+    if (mode == AppendMode::kByPlanInPlace) ASSERT_OK(in_place.Build(host, dev));
     const StatusOr<DecodePlan> plan = launch.Plan(shape, host.capacity, mode);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     DeviceArray<char> ws_storage;
@@ -140,7 +156,7 @@ void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vecto
     ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
     CaseCublas cublas;
     ASSERT_OK(cublas.CreateFor(*plan));
-    ASSERT_OK(launch.Run(mode, *plan, dev, ws, cublas, nullptr));
+    ASSERT_OK(launch.Run(mode, *plan, dev, ws, cublas, nullptr, &in_place));
     ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
     CheckAgainstReference(host, dev, launch.name() + ", " + AppendModeName(mode));
   }
@@ -371,6 +387,15 @@ TEST_P(DecodeEdgeTest, UnsupportedShapesAndBadViewsAreRefusedAndWriteNothing) {
   DecodeBatchView null_k_new = dev.view();
   null_k_new.k_new = nullptr;
   expect_refused(null_k_new, ws, "batch.k_new");
+  NewKvRows in_place;
+  ASSERT_OK(in_place.Build(host, dev));
+  DecodeBatchView k_rows_only = in_place.view();
+  k_rows_only.v_rows = nullptr;
+  expect_refused(k_rows_only, ws, "batch.k_rows");
+  const Status append_refused = LaunchAppendKv(k_rows_only, dev.pools(), nullptr);
+  EXPECT_EQ(append_refused.code(), StatusCode::kInvalidArgument) << append_refused.ToString();
+  EXPECT_NE(append_refused.message().find("batch.k_rows"), std::string::npos)
+      << append_refused.ToString();
   if (plan->workspace_bytes > 0) expect_refused(dev.view(), {}, "workspace.bytes");
   if (plan->uses_cublas) {
     const Status no_handle = v.run(*plan, dev.view(), dev.pools(), ws, {nullptr, nullptr});

@@ -5,7 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <utility>
 #include <vector>
@@ -95,6 +97,65 @@ struct DevicePagedBatch {
   }
   kernels::KvPoolView pools() const { return PoolViewOf(*this); }
   kernels::DecodeBatchView view() const { return BatchViewOf(*this); }
+};
+
+// The batch's new K/V where requests in place keep them (DecodeBatchView::k_rows / v_rows): each
+// row's [Hkv][D] at an address of its own in mapped pinned host memory (the executor's staged
+// requests, read across PCIe), rows stored in reverse order; view() points k_new/v_new at NaNs,
+// so a kernel that reads them instead writes NaN into the pools and the output.
+struct NewKvRows {
+  NewKvRows() = default;
+  NewKvRows(const NewKvRows&) = delete;
+  NewKvRows& operator=(const NewKvRows&) = delete;
+  ~NewKvRows() {
+    if (mapped_ != nullptr) cudaFreeHost(mapped_);
+  }
+
+  Status Build(const PagedBatch& h, const DevicePagedBatch& dev) {
+    base_ = dev.view();
+    const std::size_t row = static_cast<std::size_t>(h.shape.num_kv_heads) * h.shape.head_dim;
+    const std::size_t rows = static_cast<std::size_t>(h.capacity);
+    if (mapped_ != nullptr) cudaFreeHost(mapped_);
+    mapped_ = nullptr;
+    ATTNRT_CUDA_RETURN(
+        cudaHostAlloc(reinterpret_cast<void**>(&mapped_), 2 * rows * row * sizeof(Half),
+                      cudaHostAllocMapped));
+    Half* k = mapped_;
+    Half* v = mapped_ + rows * row;
+    std::vector<std::uint64_t> k_at(rows), v_at(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+      const std::size_t slot = rows - 1 - i;
+      std::copy_n(h.k_new.begin() + i * row, row, k + slot * row);
+      std::copy_n(h.v_new.begin() + i * row, row, v + slot * row);
+      Half* k_dev = nullptr;
+      Half* v_dev = nullptr;
+      ATTNRT_CUDA_RETURN(cudaHostGetDevicePointer(reinterpret_cast<void**>(&k_dev),
+                                                  k + slot * row, 0));
+      ATTNRT_CUDA_RETURN(cudaHostGetDevicePointer(reinterpret_cast<void**>(&v_dev),
+                                                  v + slot * row, 0));
+      k_at[i] = reinterpret_cast<std::uint64_t>(k_dev);
+      v_at[i] = reinterpret_cast<std::uint64_t>(v_dev);
+    }
+    ATTNRT_RETURN_IF_ERROR(k_addr_.Upload(k_at));
+    ATTNRT_RETURN_IF_ERROR(v_addr_.Upload(v_at));
+    ATTNRT_RETURN_IF_ERROR(nan_.Allocate(rows * row));
+    ATTNRT_CUDA_RETURN(cudaMemset(nan_.get(), 0xFF, rows * row * sizeof(Half)));
+    return Status::Ok();
+  }
+  // dev.view() with the new K/V read in place.
+  kernels::DecodeBatchView view() const {
+    kernels::DecodeBatchView v = base_;
+    v.k_new = v.v_new = nan_.get();
+    v.k_rows = k_addr_.get();
+    v.v_rows = v_addr_.get();
+    return v;
+  }
+
+ private:
+  kernels::DecodeBatchView base_;
+  Half* mapped_ = nullptr;
+  DeviceArray<std::uint64_t> k_addr_, v_addr_;
+  DeviceArray<Half> nan_;
 };
 
 // A workspace of the plan's size poisoned with 0xFF bytes (NaN floats): a merge that reads a
