@@ -114,37 +114,46 @@ CaseLaunch ConfigCase(const SplitKvLaunchConfig& config,
   return CaseLaunch{&Variant(std::string(SplitKvVariantName(family))), config, family};
 }
 
-// Runs append + decode for `host` on the device and compares with the reference run on `host`
-// (which this updates with the reference's append and outputs).
-void CheckAgainstReference(PagedBatch& host, const DevicePagedBatch& dev, const std::string& what) {
+// A batch after the reference's append and decode: its pools, its LSE and the FP64 outputs.
+struct Expected {
+  PagedBatch batch;
+  std::vector<float> out;
+};
+Expected ReferenceOf(PagedBatch host) {
+  Expected e{std::move(host), {}};
+  ReferenceAppendKv(e.batch.view(), e.batch.pools());
+  e.out.resize(e.batch.out.size());
+  ReferenceDecode(e.batch.view(), e.batch.pools(), ReferencePrecision::kFloat64, e.out.data());
+  return e;
+}
+
+// Compares the device's pools, outputs and LSE after an append + decode with `expected`.
+void CheckAgainst(const Expected& expected, const DevicePagedBatch& dev, const std::string& what) {
   SCOPED_TRACE(what);
+  const PagedBatch& host = expected.batch;
   std::vector<Half> out(host.out.size()), k_pool(host.k_pool.size()), v_pool(host.v_pool.size());
   std::vector<float> lse(host.lse.size());
   ASSERT_OK(dev.out.Download(out));
   ASSERT_OK(dev.lse.Download(lse));
   ASSERT_OK(dev.k_pool.Download(k_pool));
   ASSERT_OK(dev.v_pool.Download(v_pool));
-
-  ReferenceAppendKv(host.view(), host.pools());
-  std::vector<float> ref_out(host.out.size());
-  ReferenceDecode(host.view(), host.pools(), ReferencePrecision::kFloat64, ref_out.data());
-
   auto same_bits = [](const std::vector<Half>& a, const std::vector<Half>& b) {
     return std::equal(a.begin(), a.end(), b.begin(),
                       [](Half x, Half y) { return x.bits == y.bits; });
   };
   EXPECT_TRUE(same_bits(k_pool, host.k_pool)) << "K pool differs from the reference append";
   EXPECT_TRUE(same_bits(v_pool, host.v_pool)) << "V pool differs from the reference append";
-  testing::ExpectOutputMatchesReference(host, out, lse, ref_out, host.lse);
+  testing::ExpectOutputMatchesReference(host, out, lse, expected.out, host.lse);
 }
 
-
+// Every append mode over the same inputs (one reference for all three).
 void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
   if (launch.variant != nullptr) ASSERT_OK(launch.variant->supports(shape));
+  const Expected expected = ReferenceOf(MakePagedBatch(shape, lengths, options));
   for (AppendMode mode :
        {AppendMode::kByCaller, AppendMode::kByPlan, AppendMode::kByPlanInPlace}) {
-    PagedBatch host = MakePagedBatch(shape, lengths, options);
+    const PagedBatch host = MakePagedBatch(shape, lengths, options);  // the same inputs again
     DevicePagedBatch dev;
     ASSERT_OK(dev.Upload(host));
     NewKvRows in_place;
@@ -158,7 +167,7 @@ void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vecto
     ASSERT_OK(cublas.CreateFor(*plan));
     ASSERT_OK(launch.Run(mode, *plan, dev, ws, cublas, nullptr, &in_place));
     ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
-    CheckAgainstReference(host, dev, launch.name() + ", " + AppendModeName(mode));
+    CheckAgainst(expected, dev, launch.name() + ", " + AppendModeName(mode));
   }
 }
 void RunCase(const DecodeVariant& v, const ModelShape& shape, const std::vector<int>& lengths,
@@ -250,12 +259,12 @@ void CaptureShortReplayLong(const DecodeVariant& v, AppendMode mode) {
 
   ASSERT_OK(CudaStatus(cudaGraphLaunch(exec, stream), "launch", __FILE__, __LINE__));
   ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
-  CheckAgainstReference(host_short, dev, "replay 1: short contexts");
+  CheckAgainst(ReferenceOf(host_short), dev, "replay 1: short contexts");
 
   ASSERT_OK(dev.Upload(host_long));  // same sizes: the captured pointers stay valid
   ASSERT_OK(CudaStatus(cudaGraphLaunch(exec, stream), "launch", __FILE__, __LINE__));
   ASSERT_OK(CudaStatus(cudaStreamSynchronize(stream), "sync", __FILE__, __LINE__));
-  CheckAgainstReference(host_long, dev, "replay 2: long contexts");
+  CheckAgainst(ReferenceOf(host_long), dev, "replay 2: long contexts");
 
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
