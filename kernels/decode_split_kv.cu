@@ -221,12 +221,10 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
                                static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 8;
       const int dst = SwizzledOffset<kHeadDim>(r, c);
       if (tok == append_tok) {
-        const uint4 k_row = *reinterpret_cast<const uint4*>(k_new_row + c * 8);
-        const uint4 v_row = *reinterpret_cast<const uint4*>(v_new_row + c * 8);
-        *reinterpret_cast<uint4*>(const_cast<Half*>(k_base) + off) = k_row;
-        *reinterpret_cast<uint4*>(const_cast<Half*>(v_base) + off) = v_row;
-        *reinterpret_cast<uint4*>(ks + dst) = k_row;  // visible to the warp after its __syncwarp
-        *reinterpret_cast<uint4*>(vs + dst) = v_row;
+        // Asynchronously like the rest of the tile (a request in place is a PCIe round trip
+        // away); stored into its page once the tile has arrived (the main loop).
+        CpAsync16(ks + dst, k_new_row + c * 8, true);
+        CpAsync16(vs + dst, v_new_row + c * 8, true);
         continue;
       }
       CpAsync16(ks + dst, valid ? k_base + off : k_base, valid);
@@ -279,6 +277,22 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     const Half* vs = ks + kTileHalves;
     const std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
     const std::uint8_t* vc = kc + kTileHalves;
+    if constexpr (!kFp8) {
+      // FP16: the new token came into the ring with its tile; from there into its page (lane c
+      // stores 16-byte chunk c of its K and V rows).
+      const int r = append_tok - tile_begin(j);
+      if (append_tok >= 0 && r >= 0 && r < kWarpTokens && lane < kChunks) {
+        const std::int64_t off =
+            static_cast<std::int64_t>(__ldg(table + (append_tok >> p.log2_block_size))) *
+                p.block_stride +
+            static_cast<std::int64_t>(append_tok & bs_mask) * kHeadDim + lane * 8;
+        const int at = SwizzledOffset<kHeadDim>(r, lane);
+        *reinterpret_cast<uint4*>(const_cast<Half*>(k_base) + off) =
+            *reinterpret_cast<const uint4*>(ks + at);
+        *reinterpret_cast<uint4*>(const_cast<Half*>(v_base) + off) =
+            *reinterpret_cast<const uint4*>(vs + at);
+      }
+    }
 
     // S = Q K^T: heads x 16 tokens (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};

@@ -51,7 +51,8 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
   // in this executor's mapped memory (the host reads and writes it too) join them, so the
   // piece runs the host-memory graph instead of both paths (H100, 1.5x offered load at max
   // batch 128: half the pieces mixed records staged on the heap with mapped ones, r4). So do
-  // they in the smallest buckets, where the host-memory graph is the faster one.
+  // they in the smallest buckets of the paths that gather, where the host-memory graph is the
+  // faster one.
   bool pack_staged = PackStagedRows(piece.bucket_index);
   for (int j = 0; j < piece.count && !pack_staged; ++j) {
     pack_staged =
@@ -139,10 +140,13 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e, int max_kv_l
           status = CudaStatus(cudaGraphLaunch(g.host_exec.get(), st), "cudaGraphLaunch(host)",
                               __FILE__, __LINE__);
         } else if (e.device_only() && DeviceGraphFits(piece, max_kv_length)) {
-          status = CudaStatus(cudaGraphLaunch(g.device_exec.get(), st),
-                              "cudaGraphLaunch(device)", __FILE__, __LINE__);
+          const bool solo = piece.solo && g.device_solo_exec.get() != nullptr;
+          status = CudaStatus(
+              cudaGraphLaunch(solo ? g.device_solo_exec.get() : g.device_exec.get(), st),
+              "cudaGraphLaunch(device)", __FILE__, __LINE__);
           piece.timings.in_place =
               status.ok() && paths[piece.path].variant->reads_rows_in_place;
+          if (solo) piece.launched_solo = piece.timings.solo = status.ok();
         } else {
           status = SetEnables(g, e);
           if (status.ok()) {

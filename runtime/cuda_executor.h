@@ -166,8 +166,8 @@ struct PieceTimings {
   bool launched_into_idle_stream = false;
   // Run's caller completed it on the solo graph (no compute-order events, a stream sync).
   bool solo = false;
-  // Its step read q and wrote out/lse where the requests live (the device-memory graph of a
-  // path that reads rows in place), with no gather of q or scatter.
+  // Its step read q/k/v and wrote out/lse where the requests live (the device-memory graph of
+  // a path that reads rows in place), with no gather or scatter.
   bool in_place = false;
 };
 

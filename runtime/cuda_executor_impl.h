@@ -158,7 +158,8 @@ struct NodeEnables {
 // compute's kernels by programmatic edges (B=1: 18.1 vs 19.6 us on the GPU). The smallest
 // bucket also has `solo_exec`: the host-memory graph without the compute-order event nodes
 // (H100, B=1: 1.5 us of the step), for a piece launched while the GPU has nothing of ours
-// (Piece::solo).
+// (Piece::solo), and on the paths that read requests in place `device_solo_exec`, the
+// device-memory graph without them.
 struct CapturedGraph {
   Graph graph;
   GraphExec exec;
@@ -168,6 +169,8 @@ struct CapturedGraph {
   GraphExec solo_exec;
   Graph device_graph;
   GraphExec device_exec;
+  Graph device_solo_graph;  // smallest bucket of an in-place path only
+  GraphExec device_solo_exec;
   cudaGraphNode_t h2d_full = nullptr, h2d_meta = nullptr, gather = nullptr, scatter = nullptr,
                   d2h = nullptr;
   std::vector<cudaGraphNode_t> compute_nodes;  // the captured append + decode nodes
@@ -415,7 +418,10 @@ struct CudaExecutor::Impl {
   // computes in a chain, so chunk i+1's gather and chunk i's scatter overlap the computes. On a
   // path that reads requests in place (one chunk) the step reads q/k/v and writes out/lse in the
   // requests' memory: metadata H2D -> append + decode, no gather, no scatter.
-  Status AddDeviceGraph(int path, int bucket, int buffer, Graph* graph, GraphExec* exec);
+  // Without `compute_order` (device_solo_exec) neither the wait for the previous buffer's
+  // `computed` nor the record of this one's.
+  Status AddDeviceGraph(int path, int bucket, int buffer, bool compute_order, Graph* graph,
+                        GraphExec* exec);
   // Whether a lean graph moving `in_bytes` to the device and `out_bytes` back copies with
   // kernels (kernel_copy_max_bytes) instead of memcpy nodes.
   bool CopiesByKernel(std::size_t in_bytes, std::size_t out_bytes) const {
@@ -423,11 +429,17 @@ struct CudaExecutor::Impl {
            std::max(in_bytes, out_bytes) <= options.kernel_copy_max_bytes;
   }
   // A bucket so small that its host-memory graph (copy kernels) beats the device-memory one
-  // (an extra gather kernel): requests staged in this executor's mapped memory are packed
-  // and take the host path there (H100, B=1: executor 27.9 vs 29.9 us, 2026-11-26).
+  // where that one gathers (simple, GEMM: kernels around the step): requests staged in this
+  // executor's mapped memory are packed and take the host path there (H100, B=1: executor 27.9
+  // vs 29.9 us with a gather, 2026-11-26). On a path that reads requests in place the
+  // device-memory graph runs the step's kernels alone and is the faster one
+  // (bench/results/2026-11-28_h100_kv-in-place/).
+  // (The active paths share one variant; the piece's own is chosen after its pack.)
   bool PackStagedRows(int bucket) const {
     const BufferLayout& l = layouts[bucket];
-    return options.mode == LaunchMode::kGraph && CopiesByKernel(l.in_bytes, l.out_bytes);
+    return options.mode == LaunchMode::kGraph &&
+           !paths[active.front()].variant->reads_rows_in_place &&
+           CopiesByKernel(l.in_bytes, l.out_bytes);
   }
   Status SetEnables(CapturedGraph& g, const NodeEnables& e);
   Status DrainStream();

@@ -165,8 +165,12 @@ Status CudaExecutor::Impl::Capture(int path, int bucket, int buffer, CapturedGra
     ATTNRT_RETURN_IF_ERROR(AddHostGraph(path, bucket, buffer, /*compute_order=*/false,
                                         &g->solo_graph, &g->solo_exec));
   }
-  ATTNRT_RETURN_IF_ERROR(
-      AddDeviceGraph(path, bucket, buffer, &g->device_graph, &g->device_exec));
+  ATTNRT_RETURN_IF_ERROR(AddDeviceGraph(path, bucket, buffer, /*compute_order=*/true,
+                                        &g->device_graph, &g->device_exec));
+  if (bucket == 0 && paths[path].variant->reads_rows_in_place) {
+    ATTNRT_RETURN_IF_ERROR(AddDeviceGraph(path, bucket, buffer, /*compute_order=*/false,
+                                          &g->device_solo_graph, &g->device_solo_exec));
+  }
 
   ATTNRT_ASSIGN_OR_RETURN(const GraphShape shape, ShapeOf(graph));
   ATTNRT_RETURN_IF_ERROR(AddComputeOrderNodes(graph, shape.roots, shape.leaves, buffer));
@@ -323,8 +327,8 @@ int CudaExecutor::Impl::ChunkBucket(int path, int bucket) const {
   return bucket;
 }
 
-Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Graph* graph,
-                                          GraphExec* exec) {
+Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, bool compute_order,
+                                          Graph* graph, GraphExec* exec) {
   const BufferLayout& l = layouts[bucket];
   PipelineBuffer& buf = buffers[buffer];
   const DecodePath& p = paths[path];
@@ -340,8 +344,10 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Grap
   ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
                                         l.meta_bytes, CopiesByKernel(l.meta_bytes, 0),
                                         cudaMemcpyHostToDevice, &h2d));
-  ATTNRT_CUDA_RETURN(cudaGraphAddEventWaitNode(&wait, raw, nullptr, 0,
-                                               buffers[PreviousBuffer(buffer)].computed.get()));
+  if (compute_order) {
+    ATTNRT_CUDA_RETURN(cudaGraphAddEventWaitNode(&wait, raw, nullptr, 0,
+                                                 buffers[PreviousBuffer(buffer)].computed.get()));
+  }
   kernels::DecodeBatchView view = ViewFor(bucket, buffer);
   BatchIoArgs io = IoArgsFor(bucket, buffer);
   if (in_place) {  // every request read and written where it is: no gather, no scatter
@@ -360,7 +366,8 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Grap
   cudaKernelNodeAttrValue urgent{};
   urgent.priority = greatest_priority;
   cudaGraphNode_t gather = h2d;
-  std::vector<cudaGraphNode_t> after{wait};  // what the next compute waits for
+  std::vector<cudaGraphNode_t> after;  // what the next compute waits for
+  if (compute_order) after.push_back(wait);
   if (in_place) after.push_back(h2d);
   for (int first = 0; first < l.capacity; first += rows) {
     const BatchIoArgs chunk_io = IoRows(io, first, rows);
@@ -397,8 +404,10 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, Grap
       ATTNRT_RETURN_IF_ERROR(AddScatterNode(raw, after.data(), after.size(), chunk_io, &scatter));
     }
   }
-  ATTNRT_CUDA_RETURN(cudaGraphAddEventRecordNode(&record, raw, after.data(), after.size(),
-                                                 buf.computed.get()));
+  if (compute_order) {
+    ATTNRT_CUDA_RETURN(cudaGraphAddEventRecordNode(&record, raw, after.data(), after.size(),
+                                                   buf.computed.get()));
+  }
   ATTNRT_ASSIGN_OR_RETURN(*exec, GraphExec::Instantiate(*graph));
   ATTNRT_CUDA_RETURN(cudaGraphUpload(exec->get(), buf.stream.get()));
   return Status::Ok();

@@ -482,12 +482,12 @@ INSTANTIATE_TEST_SUITE_P(ChunkRows, CudaExecutorChunkTest, ::testing::Values(0, 
                            return "Rows" + std::to_string(p.param);
                          });
 
-// In buckets small enough for copy kernels, a staged request is packed and takes the host-memory
-// graph (faster than the gather kernel there); with kernel_copy_max_bytes 0 it runs in place.
-// Either way its output lands in its staged out/lse.
-TEST_F(CudaExecutorGpuTest, SmallBucketsPackStagedRequests) {
+// In buckets small enough for copy kernels, a staged request on a path that gathers (simple,
+// GEMM) is packed and takes the host-memory graph (faster than the gather kernel there); on a
+// path that reads requests in place (split-KV: no kernel but the step's), or with
+// kernel_copy_max_bytes 0, it runs in place. Either way its output lands in its staged out/lse.
+TEST_F(CudaExecutorGpuTest, SmallBucketsPackStagedRequestsWhereThePathGathers) {
   for (const std::size_t kernel_copy_max_bytes : {std::size_t{64} << 10, std::size_t{0}}) {
-    SCOPED_TRACE("kernel_copy_max_bytes " + std::to_string(kernel_copy_max_bytes));
     CudaExecutorOptions o = Options();
     o.offer_staging_memory = true;
     o.record_timings = true;
@@ -499,21 +499,29 @@ TEST_F(CudaExecutorGpuTest, SmallBucketsPackStagedRequests) {
     RandomWorkload w(*ex, 607);
     w.AddSequences(3, 40);
     const StagedChunk layout(ex->shape());
-    for (int step = 0; step < 3; ++step) {
-      std::vector<OwnedRequest> reqs = w.MakeBatch(1);
-      auto* c = static_cast<char*>(staging->Allocate(layout.bytes()));
-      ASSERT_NE(c, nullptr);
-      Batch batch = RandomWorkload::ToBatch(reqs);
-      layout.Stage(c, reqs[0], &batch.requests[0]);
-      testing::SyncResult result = SubmitAndWait(*ex, std::move(batch));
-      ASSERT_TRUE(result.submit.ok()) << result.submit.ToString();
-      ASSERT_TRUE(result.statuses[0].ok()) << result.statuses[0].ToString();
-      layout.ReadBack(c, &reqs[0]);
-      EXPECT_TRUE(MatchesExpected(reqs[0])) << "step " << step;
-      const std::vector<PieceTimings> timings = ex->TakeTimings();
-      ASSERT_EQ(timings.size(), 1u);
-      EXPECT_EQ(timings[0].host_requests, kernel_copy_max_bytes > 0 ? 1 : 0) << "step " << step;
-      staging->Free(c);
+    for (const std::string& path : ex->paths()) {
+      SCOPED_TRACE(path + ", kernel_copy_max_bytes " + std::to_string(kernel_copy_max_bytes));
+      ASSERT_TRUE(ex->SelectPath(path).ok());
+      const StatusOr<const kernels::DecodeVariant*> variant = kernels::FindDecodeVariant(path);
+      const bool in_place = variant.ok() && (*variant)->reads_rows_in_place;
+      const int packed = kernel_copy_max_bytes > 0 && !in_place ? 1 : 0;
+      for (int step = 0; step < 3; ++step) {
+        std::vector<OwnedRequest> reqs = w.MakeBatch(1);
+        auto* c = static_cast<char*>(staging->Allocate(layout.bytes()));
+        ASSERT_NE(c, nullptr);
+        Batch batch = RandomWorkload::ToBatch(reqs);
+        layout.Stage(c, reqs[0], &batch.requests[0]);
+        testing::SyncResult result = SubmitAndWait(*ex, std::move(batch));
+        ASSERT_TRUE(result.submit.ok()) << result.submit.ToString();
+        ASSERT_TRUE(result.statuses[0].ok()) << result.statuses[0].ToString();
+        layout.ReadBack(c, &reqs[0]);
+        EXPECT_TRUE(MatchesExpected(reqs[0])) << "step " << step;
+        const std::vector<PieceTimings> timings = ex->TakeTimings();
+        ASSERT_EQ(timings.size(), 1u);
+        EXPECT_EQ(timings[0].host_requests, packed) << "step " << step;
+        EXPECT_EQ(timings[0].in_place, in_place && packed == 0) << "step " << step;
+        staging->Free(c);
+      }
     }
   }
 }
