@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <thread>
@@ -49,11 +50,13 @@ class RuntimeTest : public testing::RuntimeDeviceTest {
     }
   }
 
+  enum class LseWanted { kNo, kIntoResult, kIntoCallersArray };
   // One decode of (seq, layer) with fresh random q/k/v through `decode`, its output (or `out`,
-  // where the request gave one) against the dense reference.
+  // where the request gave one) and the LSE asked for against the dense reference.
   void DecodeAndCheck(int seq, int layer, NormalRng& rng,
                       const std::function<DecodeResult(const DecodeRequest&)>& decode,
-                      const std::string& where, std::vector<Half>* out = nullptr) {
+                      const std::string& where, std::vector<Half>* out = nullptr,
+                      LseWanted lse = LseWanted::kNo) {
     const ModelShape& s = rt_->shape();
     const std::size_t kv = s.kv_token_elems(), qn = std::size_t(s.num_q_heads) * s.head_dim;
     auto q = Normal(rng, qn), k = Normal(rng, kv), v = Normal(rng, kv);
@@ -62,15 +65,32 @@ class RuntimeTest : public testing::RuntimeDeviceTest {
       out->assign(qn, Half{0x7e00});  // NaN: every element must be written
       req.out = out->data();
     }
+    // LSE too on some steps: into DecodeResult (want_lse) or a poisoned caller-given array.
+    std::vector<float> lse_out;
+    if (lse != LseWanted::kNo) req.want_lse = true;
+    if (lse == LseWanted::kIntoCallersArray) {
+      lse_out.assign(static_cast<std::size_t>(s.num_q_heads), std::nanf(""));
+      req.lse = lse_out.data();
+    }
     DecodeResult r = decode(req);
     ASSERT_TRUE(r.status.ok()) << where << ": " << r.status.ToString();
     mirror_[seq][layer].Append(k, v);
-    if (out != nullptr) EXPECT_TRUE(r.output.empty()) << where;
+    if (out != nullptr) {
+      EXPECT_TRUE(r.output.empty()) << where;
+    }
     const std::vector<Half>& got = out != nullptr ? *out : r.output;
     ASSERT_EQ(got.size(), qn) << where;
-    auto err = testing::CompareToReference(got, testing::DenseDecode(s, mirror_[seq][layer], q));
+    std::vector<double> ref_lse;
+    auto err = testing::CompareToReference(
+        got, testing::DenseDecode(s, mirror_[seq][layer], q, &ref_lse));
     EXPECT_LE(err.max_abs, 2e-3) << where;
     EXPECT_LE(err.rel_l2, 1e-3) << where;
+    if (lse == LseWanted::kNo) return;
+    const std::vector<float>& got_lse = lse == LseWanted::kIntoCallersArray ? lse_out : r.lse;
+    ASSERT_EQ(got_lse.size(), ref_lse.size()) << where;
+    for (std::size_t h = 0; h < ref_lse.size(); ++h) {
+      EXPECT_NEAR(got_lse[h], ref_lse[h], 2e-3) << where << ", LSE of head " << h;
+    }
   }
 
   // `threads` threads; thread t decodes every layer of the sequences s with s % threads == t,
@@ -127,7 +147,9 @@ TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
 }
 
 // Decode: a lone caller's steps run on its own thread (all of them, with nothing else queued or
-// running), into a poisoned caller-given `out` and into DecodeResult; then callers of Decode
+// running; on the GPU staged in mapped memory and read in place), into a poisoned caller-given
+// `out` and into DecodeResult, with and without LSE (into the result or a poisoned caller-given
+// array); then callers of Decode
 // beside callers of Submit, each request's output against the dense reference.
 TEST_P(RuntimeTest, DecodeMatchesDenseReferenceAloneAndBesideSubmits) {
   const int kPrompt = 29, kAlone = 12, kSequences = 8, kSteps = 5, kThreads = 4;
@@ -137,7 +159,7 @@ TEST_P(RuntimeTest, DecodeMatchesDenseReferenceAloneAndBesideSubmits) {
   for (int step = 0; step < kAlone; ++step) {
     std::vector<Half> out;
     DecodeAndCheck(0, 1, rng, decode, "alone, step " + std::to_string(step),
-                   step % 2 == 0 ? &out : nullptr);
+                   step % 2 == 0 ? &out : nullptr, static_cast<LseWanted>(step % 3));
   }
   const std::string metrics = rt_->MetricsText();
   EXPECT_NE(metrics.find("attnrt_scheduler_decoded_inline_total " + std::to_string(kAlone)),
