@@ -40,7 +40,7 @@ run_job() {  # decode_gpu_test's longest test alone ("tuned"), the rest in shard
   [ "$2" = tuned ] && f='TunedLaunchTableTest.EveryRowLaunchesAndMatchesReference'
   if [ "$2" = tuned ]; then set -- "$1" 0 1 "$2"; fi
   GTEST_FILTER=$([ "$1" = decode_gpu_test ] && echo "$f" || echo '*') GTEST_SHARD_INDEX=$2 GTEST_TOTAL_SHARDS=$3 \
-    timeout $([ "${4:-}" = tuned ] && echo 230 || echo 200) "./$1" > "$O/t_$1.${4:-$2}.log" 2>    timeout 200 "./$1" > "$O/t_$1.${4:-$2}.log" 2>&11
+    timeout "$([ "${4:-}" = tuned ] && echo 230 || echo 200)" "./$1" > "$O/t_$1.${4:-$2}.log" 2>&1
   echo "$1.${4:-$2} rc=$?"
 }
 export -f run_job; export O
