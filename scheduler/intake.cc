@@ -151,37 +151,13 @@ DecodeResult Scheduler::Impl::DecodeInline(const DecodeRequest& request) {
   r.layer = request.layer;
   r.memory = request.memory == TensorMemory::kDevice ? runtime::MemoryKind::kDevice
                                                      : runtime::MemoryKind::kHost;
+  // The caller's own buffers throughout: they outlive the call, so nothing is staged.
   r.q = request.q.data();
   r.k = request.k.data();
   r.v = request.v.data();
   r.out = request.out;
   r.lse = request.lse;
-  const bool lse_wanted = request.lse != nullptr || request.want_lse;
-  // A host-memory request is staged in a record the device reads and writes in place, where
-  // the pool has one (stage_in_mapped_memory): the executor then runs the step's kernels alone,
-  // with no copy kernels around them (H100, B=1: bench/results/2026-11-28_h100_kv-in-place/).
-  // Otherwise the caller's own buffers throughout (they outlive the call), copied by the
-  // executor's host path.
-  RequestRecord* staged = nullptr;
   if (r.memory == runtime::MemoryKind::kHost) {
-    RequestRecord* record = pool_.Acquire();
-    if (record->device_visible) {
-      staged = record;
-    } else {
-      pool_.Release(record);
-    }
-  }
-  if (staged != nullptr) {
-    std::memcpy(staged->q, r.q, q_elems_ * sizeof(Half));
-    std::memcpy(staged->k, r.k, kv_elems_ * sizeof(Half));
-    std::memcpy(staged->v, r.v, kv_elems_ * sizeof(Half));
-    r.memory = runtime::MemoryKind::kDevice;
-    r.q = staged->q;
-    r.k = staged->k;
-    r.v = staged->v;
-    r.out = staged->out;
-    r.lse = lse_wanted ? staged->lse : nullptr;
-  } else if (r.memory == runtime::MemoryKind::kHost) {
     if (r.out == nullptr) {
       result.output.resize(q_elems_);
       r.out = result.output.data();
@@ -202,26 +178,6 @@ DecodeResult Scheduler::Impl::DecodeInline(const DecodeRequest& request) {
                                   " statuses for a batch of 1");
   } else {
     result.status = std::move((*per_request)[0]);
-  }
-  if (staged != nullptr) {
-    if (result.status.ok()) {  // to the caller's destinations, or the result's own
-      const std::size_t lse_elems = static_cast<std::size_t>(shape_.num_q_heads);
-      Half* out = request.out;
-      if (out == nullptr) {
-        result.output.resize(q_elems_);
-        out = result.output.data();
-      }
-      std::memcpy(out, staged->out, q_elems_ * sizeof(Half));
-      if (lse_wanted) {
-        float* lse = request.lse;
-        if (lse == nullptr) {
-          result.lse.resize(lse_elems);
-          lse = result.lse.data();
-        }
-        std::memcpy(lse, staged->lse, lse_elems * sizeof(float));
-      }
-    }
-    pool_.Release(staged);
   }
   if (!result.status.ok()) {
     result.output.clear();

@@ -147,9 +147,8 @@ TEST_P(RuntimeTest, DecodesFromManyThreadsMatchDenseReference) {
 }
 
 // Decode: a lone caller's steps run on its own thread (all of them, with nothing else queued or
-// running; on the GPU staged in mapped memory and read in place), into a poisoned caller-given
-// `out` and into DecodeResult, with and without LSE (into the result or a poisoned caller-given
-// array); then callers of Decode
+// running), into a poisoned caller-given `out` and into DecodeResult, with and without LSE (into
+// the result or a poisoned caller-given array); then callers of Decode
 // beside callers of Submit, each request's output against the dense reference.
 TEST_P(RuntimeTest, DecodeMatchesDenseReferenceAloneAndBesideSubmits) {
   const int kPrompt = 29, kAlone = 12, kSequences = 8, kSteps = 5, kThreads = 4;
