@@ -150,10 +150,10 @@ void CheckAgainst(const Expected& expected, const DevicePagedBatch& dev, const s
 void RunCase(const CaseLaunch& launch, const ModelShape& shape, const std::vector<int>& lengths,
              const PagedBatchOptions& options) {
   if (launch.variant != nullptr) ASSERT_OK(launch.variant->supports(shape));
-  const Expected expected = ReferenceOf(MakePagedBatch(shape, lengths, options));
+  const PagedBatch host = MakePagedBatch(shape, lengths, options);  // every mode's inputs
+  const Expected expected = ReferenceOf(host);
   for (AppendMode mode :
        {AppendMode::kByCaller, AppendMode::kByPlan, AppendMode::kByPlanInPlace}) {
-    const PagedBatch host = MakePagedBatch(shape, lengths, options);  // the same inputs again
     DevicePagedBatch dev;
     ASSERT_OK(dev.Upload(host));
     NewKvRows in_place;
