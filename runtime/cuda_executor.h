@@ -90,13 +90,15 @@ struct CudaExecutorOptions {
   bool offer_staging_memory = false;
   // Pieces of device-memory requests only (kDevice: device memory, or staging_memory()) run a
   // graph of their own. On the split-KV paths its kernels read each request's q, k and v and
-  // write its out/lse in place (kernels::DecodeBatchView::q_rows, k_rows), with no gather or
-  // scatter (H100, a lone piece of 128 staged requests, H32 Hkv8 D128 T~600, q and out in place
-  // after a gather of k/v: GPU 133-135 us, the same as its compute alone, against 176-177 with a
-  // gather of q/k/v before the step and a scatter of out/lse after it;
-  // bench/results/2026-11-27_h100_device-io-chunks/, r6). Pieces
-  // with a request not 16-byte aligned take the general graph (gather and scatter), and so do
-  // the pieces busy_gather_* (below) names.
+  // write its out/lse where the request lies (kernels::DecodeBatchView::q_rows, k_rows, ...):
+  // metadata H2D, then append + decode, nothing else (H100, a lone piece of 128 staged
+  // requests, H32 Hkv8 D128 T~600, with a gather of k/v still before it: GPU 133-135 us against
+  // 176-177 with a gather of q/k/v and a scatter of out/lse,
+  // bench/results/2026-11-27_h100_device-io-chunks/ r6; without that gather, a lone staged B=1
+  // request through the executor 24-28 us against 30-34,
+  // bench/results/2026-11-28_h100_kv-in-place/). Pieces with a request not 16-byte aligned
+  // take the general graph (gather and scatter), and so do the pieces busy_gather_* (below)
+  // names.
   // On the other paths (simple, GEMM), which gather q/k/v and scatter out/lse, buckets of at
   // least twice this many rows run in chunks of this many rows: chunk i+1's gather overlaps
   // chunk i's append + decode, and chunk i's scatter the next chunk's, instead of gather,
@@ -164,7 +166,8 @@ struct PieceTimings {
   // The previous piece had completed when this one was launched (record_timings): the GPU sat
   // idle, and gpu_us includes the launch's own latency.
   bool launched_into_idle_stream = false;
-  // Run's caller completed it on the solo graph (no compute-order events, a stream sync).
+  // It ran on a solo graph of the smallest bucket (host-memory or, on the in-place paths,
+  // device-memory: no compute-order event nodes), launched while nothing of ours was in flight.
   bool solo = false;
   // Its step read q/k/v and wrote out/lse where the requests live (the device-memory graph of
   // a path that reads rows in place), with no gather or scatter.
