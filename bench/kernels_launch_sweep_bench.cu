@@ -11,7 +11,8 @@
 // class's contexts; batches of 8 or more rows also run a skewed batch (one row at 32768
 // tokens, the rest at 512: "context" -32768 in the JSON), scored with the long class. The
 // default (tensor cores, default configuration) is kept unless another is more than 1% better.
-// --table-out writes the picks as kernels/tc_launch_table.inc (what variant "split_kv" reads);
+// --table-out writes the picks as a launch table (kernels/launch_tables/<model>_fp16.inc for this
+// GPU's model: what variant "split_kv" reads on it; a new model also needs its TunedGpu);
 // --json-out writes every timing for bench/studies/make_gemm_report.py.
 #include <cuda_runtime.h>
 
@@ -229,12 +230,13 @@ int Run(int argc, char** argv) {
       "configuration (warps per CTA, split target, shortest split) per (head dim, group, batch,\n"
       "context) on this GPU, prints the best per shape and writes the per-(head dim, group, work)\n"
       "picks that variant split_kv reads.");
-  flags.String("--table-out", &table_out, "write the picks here (kernels/tc_launch_table.inc)");
+  flags.String("--table-out", &table_out,
+               "write the picks here (kernels/launch_tables/<model>_fp16.inc)");
   flags.String("--json-out", &json_out, "write every timing and pick here as JSON");
   flags.String("--commit", &commit, "commit recorded in the outputs (the device copy has no .git)");
   flags.Bool("--quick", &quick, "two small families and two contexts (a smoke run, ~10 s)");
   flags.Choice("--kv-cache-type", &cache_type, {"fp16", "fp8_e4m3"},
-               "KV cache the kernel reads (fp8_e4m3: its table is kernels/tc_fp8_launch_table.inc)");
+               "KV cache the kernel reads (fp8_e4m3: its table is kernels/launch_tables/h100_fp8.inc)");
   flags.String("--families", &families_text,
                "sweep only these shapes: D:Hq:Hkv:B,B,...;... (e.g. 128:32:8:32,33); a probe, "
                "not for --table-out");

@@ -29,14 +29,25 @@ namespace attnrt::kernels {
 // FP8 pools (pools.scales set) store each element quantized under its (layer, kv head) scale.
 Status LaunchAppendKv(const DecodeBatchView& batch, const KvPoolView& pools, cudaStream_t stream);
 
+// The GPU models with a launch table swept on them (kernels/launch_tables/<model>_<cache>.inc):
+// split-KV plans read the table of their device's model; any other GPU reads the H100's.
+enum class TunedGpu { kH100, kH200 };
+inline constexpr TunedGpu kTunedGpus[] = {TunedGpu::kH100, TunedGpu::kH200};
+std::string_view TunedGpuName(TunedGpu gpu);  // "h100", "h200": the table files' prefix
+// The model whose table serves a device of this name (cudaDeviceProp::name): kH200 for names
+// containing "H200", else kH100.
+TunedGpu TunedGpuFor(std::string_view device_name);
+
 // The GPU a plan is made for: split-KV grids are sized to fill its SMs, so a plan runs only on
 // the device it was made for.
 struct DecodeDevice {
   int ordinal = -1;   // CUDA device; -1 describes a device without one (host-side sizing and
                       // tests): such plans are never run, and kernels' occupancy is unknown
   int sm_count = 0;   // streaming multiprocessors
+  TunedGpu tuned_gpu = TunedGpu::kH100;  // whose launch table its split-KV plans read
 };
-// The current CUDA device and its SM count; Unavailable naming the call when no device answers.
+// The current CUDA device, its SM count and the launch table of its model; Unavailable naming
+// the call when no device answers.
 StatusOr<DecodeDevice> CurrentDecodeDevice();
 
 // What a run does.
@@ -62,7 +73,7 @@ struct DecodePlanRequest {
 enum class SplitKvFamily { kSimt, kTensorCore };
 
 // How the split-KV kernels are launched: what study 4 (bench/kernels_launch_sweep_bench) sweeps
-// and kernels/tc_launch_table.inc records per (head dim, group, work).
+// and kernels/launch_tables/ record per GPU model and (head dim, group, work).
 struct SplitKvLaunchConfig {
   // Warps per CTA of the tensor-core family: 2, 4 or 8 (not 8 at D = 256); its KV tile is
   // 16 * warps tokens. The SIMT family has one fixed CTA shape and ignores this.

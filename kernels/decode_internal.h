@@ -163,25 +163,28 @@ struct TunedLaunchRow {
   SplitKvFamily family = SplitKvFamily::kTensorCore;
   int max_kv_length = 0;
 };
-// The rows compiled in for a KV cache type, each sorted by (head_dim, group, max_kv_length,
-// min_work): FP16 from
-// kernels/tc_launch_table.inc, FP8 E4M3 from kernels/tc_fp8_launch_table.inc (each written by
-// bench/kernels_launch_sweep_bench --kv-cache-type ... --table-out).
-std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type = KvCacheType::kFp16);
+// The rows compiled in for a GPU model and KV cache type, each sorted by (head_dim, group,
+// max_kv_length, min_work): FP16 from kernels/launch_tables/<model>_fp16.inc, FP8 E4M3 from
+// kernels/launch_tables/h100_fp8.inc for every model (each written by
+// bench/kernels_launch_sweep_bench --kv-cache-type ... --table-out on that GPU).
+std::span<const TunedLaunchRow> TunedLaunchTable(TunedGpu gpu,
+                                                 KvCacheType kv_cache_type = KvCacheType::kFp16);
 struct TunedSplitKv {
   SplitKvFamily family = SplitKvFamily::kTensorCore;
   SplitKvLaunchConfig config;
 };
 // What variant "split_kv" launches for (shape, capacity) in a plan of `max_kv_length` (0:
-// shape.max_context): the row of the shape's cache type and the plan's context class, or the
+// shape.max_context) on a `gpu`: the row of its table for the shape's cache type and the plan's
+// context class, or the
 // tensor-core family under the default configuration where the table has none. An FP8 shape
 // whose (head_dim, group) has no FP8 row takes the FP16 row's splitting on the tensor-core
 // family with the CTA size built for FP8 (kTcFp8Warps).
-TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length = 0);
+TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length,
+                                TunedGpu gpu);
 // The configuration of `family` for (shape, capacity, max_kv_length): TunedSplitKvLaunch's where
 // it names this family, else the default configuration.
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape, int capacity,
-                                      int max_kv_length = 0);
+                                      int max_kv_length, TunedGpu gpu);
 
 // Kernel arguments every paged-decode kernel takes: the pools, the batch's metadata, q, out, lse.
 struct PagedDecodeParams {

@@ -52,17 +52,24 @@ StatusOr<const DecodeVariant*> FindDecodeVariant(std::string_view name) {
 
 const DecodeVariant& DefaultDecodeVariant() { return kVariants.back(); }
 
+std::string_view TunedGpuName(TunedGpu gpu) { return gpu == TunedGpu::kH200 ? "h200" : "h100"; }
+
+TunedGpu TunedGpuFor(std::string_view device_name) {
+  return device_name.find("H200") != std::string_view::npos ? TunedGpu::kH200 : TunedGpu::kH100;
+}
+
 StatusOr<DecodeDevice> CurrentDecodeDevice() {
   DecodeDevice device;
+  cudaDeviceProp props{};
   cudaError_t err = cudaGetDevice(&device.ordinal);
-  if (err == cudaSuccess) {
-    err = cudaDeviceGetAttribute(&device.sm_count, cudaDevAttrMultiProcessorCount, device.ordinal);
-  }
+  if (err == cudaSuccess) err = cudaGetDeviceProperties(&props, device.ordinal);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // leave no sticky "no device" error behind
     return UnavailableError(std::string("no CUDA device answers (") + cudaGetErrorName(err) +
                             "): a decode plan needs the device's SM count");
   }
+  device.sm_count = props.multiProcessorCount;
+  device.tuned_gpu = TunedGpuFor(props.name);
   return device;
 }
 

@@ -1,6 +1,6 @@
-// The tuned launch table of the split-KV kernels (study 4) and its lookup: dispatch asks
-// TunedSplitKvLaunch for a (shape, capacity) and launches the family and configuration the sweep
-// found fastest there.
+// The tuned launch tables of the split-KV kernels (study 4), one per GPU model swept, and their
+// lookup: dispatch asks TunedSplitKvLaunch for a (shape, capacity, device model) and launches
+// the family and configuration the sweep on that model found fastest there.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -10,14 +10,21 @@
 namespace attnrt::kernels {
 namespace {
 
-const std::vector<TunedLaunchRow>& Rows(KvCacheType kv_cache_type) {
-  static const std::vector<TunedLaunchRow> fp16 = {
-#include "kernels/tc_launch_table.inc"
+// The rows of a GPU model's table for a KV cache type. FP8 is swept on the H100 only; the H200
+// reads the same FP8 rows (on the H200 with them, 2026-11-28: 0.54-0.58x FP16 SDPA on the large
+// shapes, bench/results/2026-11-28_h200_check/).
+const std::vector<TunedLaunchRow>& Rows(TunedGpu gpu, KvCacheType kv_cache_type) {
+  static const std::vector<TunedLaunchRow> h100_fp16 = {
+#include "kernels/launch_tables/h100_fp16.inc"
+  };
+  static const std::vector<TunedLaunchRow> h200_fp16 = {
+#include "kernels/launch_tables/h200_fp16.inc"
   };
   static const std::vector<TunedLaunchRow> fp8 = {
-#include "kernels/tc_fp8_launch_table.inc"
+#include "kernels/launch_tables/h100_fp8.inc"
   };
-  return kv_cache_type == KvCacheType::kFp8E4M3 ? fp8 : fp16;
+  if (kv_cache_type == KvCacheType::kFp8E4M3) return fp8;
+  return gpu == TunedGpu::kH200 ? h200_fp16 : h100_fp16;
 }
 
 // The last row of `rows` for (head_dim, group) and the context class of a plan of
@@ -66,11 +73,12 @@ Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config
   return Status::Ok();
 }
 
-std::span<const TunedLaunchRow> TunedLaunchTable(KvCacheType kv_cache_type) {
-  return Rows(kv_cache_type);
+std::span<const TunedLaunchRow> TunedLaunchTable(TunedGpu gpu, KvCacheType kv_cache_type) {
+  return Rows(gpu, kv_cache_type);
 }
 
-TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length) {
+TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length,
+                                TunedGpu gpu) {
   TunedSplitKv tuned;
   // Invalid shapes get the default: the launch rejects them with a Status naming the field.
   if (shape.num_kv_heads <= 0) return tuned;
@@ -80,12 +88,12 @@ TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_k
   const bool fp8 = shape.kv_cache_type == KvCacheType::kFp8E4M3;
   if (fp8) {
     if (const TunedLaunchRow* row =
-            FindRow(Rows(KvCacheType::kFp8E4M3), shape.head_dim, group, work, length)) {
+            FindRow(Rows(gpu, KvCacheType::kFp8E4M3), shape.head_dim, group, work, length)) {
       return {row->family, row->config};
     }
   }
   if (const TunedLaunchRow* row =
-          FindRow(Rows(KvCacheType::kFp16), shape.head_dim, group, work, length)) {
+          FindRow(Rows(gpu, KvCacheType::kFp16), shape.head_dim, group, work, length)) {
     tuned = {row->family, row->config};
   }
   if (fp8) tuned = {SplitKvFamily::kTensorCore, {kTcFp8Warps, tuned.config.ctas_per_sm,
@@ -94,8 +102,8 @@ TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_k
 }
 
 SplitKvLaunchConfig TunedLaunchConfig(SplitKvFamily family, const ModelShape& shape,
-                                      int capacity, int max_kv_length) {
-  const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity, max_kv_length);
+                                      int capacity, int max_kv_length, TunedGpu gpu) {
+  const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity, max_kv_length, gpu);
   return tuned.family == family ? tuned.config : SplitKvLaunchConfig{};
 }
 

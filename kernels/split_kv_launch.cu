@@ -208,8 +208,8 @@ std::vector<int> SplitKvKvLengthBuckets(const ModelShape& shape) {
 StatusOr<DecodePlan> PlanSplitKvTuned(const DecodePlanRequest& request) {
   // (An out-of-range capacity picks some row; StartPlan then rejects the request naming it.)
   const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
-  const TunedSplitKv tuned =
-      TunedSplitKvLaunch(request.shape, capacity, request.max_kv_length);
+  const TunedSplitKv tuned = TunedSplitKvLaunch(request.shape, capacity, request.max_kv_length,
+                                                request.device.tuned_gpu);
   ATTNRT_ASSIGN_OR_RETURN(DecodePlan plan, PlanSplitKv(tuned.family, tuned.config, request));
   plan.variant = SplitKvVariantName(SplitKvFamily::kTensorCore);  // "split_kv", either family
   return plan;
@@ -219,7 +219,7 @@ StatusOr<DecodePlan> PlanSplitKvSimt(const DecodePlanRequest& request) {
   const int capacity = std::clamp(request.capacity, 1, kMaxDecodeCapacity);
   return PlanSplitKv(SplitKvFamily::kSimt,
                      TunedLaunchConfig(SplitKvFamily::kSimt, request.shape, capacity,
-                                       request.max_kv_length),
+                                       request.max_kv_length, request.device.tuned_gpu),
                      request);
 }
 

@@ -9,8 +9,8 @@
 #     --phase P   run only these phases (repeatable; default all = tests sanitizer bench
 #                 criteria; build always runs). sweep (study 4, not in all): checks every launch
 #                 configuration against the reference, then times them and writes
-#                 tc_launch_table.inc and tc_fp8_launch_table.inc into OUT_DIR (copy them to
-#                 kernels/ to adopt them)
+#                 tc_launch_table.inc and tc_fp8_launch_table.inc into OUT_DIR (adopt them as
+#                 kernels/launch_tables/<model>_fp16.inc and h100_fp8.inc)
 #     --quick     a smaller batching-window sweep and launch-configuration sweep
 #     --san-tools LIST  the compute-sanitizer tools of the sanitizer phase (comma list; default
 #                 memcheck,racecheck,initcheck,synccheck)
@@ -283,7 +283,7 @@ if has sweep; then
       --json-out "$out/kernels_launch_sweep.json" --table-out "$out/tc_launch_table.inc" \
       >"$out/kernels_launch_sweep.txt" 2>"$out/kernels_launch_sweep.progress" || status=1
     grep -E "pick|wrote" "$out/kernels_launch_sweep.txt" | tail -45
-    # The FP8 kernel's own table (kernels/tc_fp8_launch_table.inc).
+    # The FP8 kernel's own table (kernels/launch_tables/h100_fp8.inc).
     "$build/bench/kernels_launch_sweep_bench" "${q[@]}" --commit "$commit" --kv-cache-type fp8_e4m3 \
       --json-out "$out/kernels_launch_sweep_fp8.json" --table-out "$out/tc_fp8_launch_table.inc" \
       >"$out/kernels_launch_sweep_fp8.txt" 2>"$out/kernels_launch_sweep_fp8.progress" || status=1

@@ -520,7 +520,7 @@ def study4(sweep, figdir):
            f"{len(sweep['timings'])} (shape, configuration) timings, configurations that give the "
            "same grid and split timed once. Per (D, G, B) the pick minimises the geometric mean "
            "over contexts of time / best time at that context (the default is kept unless another "
-           "is > 1% better); the picks are `kernels/tc_launch_table.inc`, which dispatch reads "
+           "is > 1% better); the picks are a launch table (`kernels/launch_tables/<model>_fp16.inc`), which dispatch reads "
            "(`TunedLaunchConfig`).", "",
            f"**Tuned vs the previous fixed configuration, over {len(gains)} shapes: geometric mean "
            f"{geo:.3f}× faster, best {max(gains):.2f}×, worst {min(gains):.3f}×** (a pick is one "

@@ -590,10 +590,16 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
   SKIP_WITHOUT_GPU();
-  if (TunedLaunchTable().empty()) GTEST_SKIP() << "the tuned table has no rows yet";
-  // Each distinct (D, G, family, configuration) once: the context classes repeat many.
+  // Every model's table (a plan reads its device model's, and any row runs on any GPU); each
+  // distinct (D, G, family, configuration) once: the context classes and models repeat many.
+  std::vector<TunedLaunchRow> rows;
+  for (const TunedGpu gpu : kTunedGpus) {
+    const auto table = TunedLaunchTable(gpu);
+    rows.insert(rows.end(), table.begin(), table.end());
+  }
+  if (rows.empty()) GTEST_SKIP() << "the tuned tables have no rows yet";
   std::set<std::tuple<int, int, int, int, int, int>> done;
-  for (const TunedLaunchRow& row : TunedLaunchTable()) {
+  for (const TunedLaunchRow& row : rows) {
     if (!done.insert({row.head_dim, row.group, static_cast<int>(row.family), row.config.warps,
                       row.config.ctas_per_sm, row.config.min_split_tokens})
              .second) {
@@ -620,8 +626,11 @@ TEST(TunedLaunchTableTest, DefaultVariantPlansTheRowsFamily) {
   SKIP_WITHOUT_GPU();
   const StatusOr<DecodeDevice> device = CurrentDecodeDevice();
   ASSERT_TRUE(device.ok()) << device.status().ToString();
+  cudaDeviceProp props{};
+  ASSERT_EQ(cudaGetDeviceProperties(&props, device->ordinal), cudaSuccess);
+  EXPECT_EQ(device->tuned_gpu, TunedGpuFor(props.name)) << props.name;
   const DecodeVariant& v = DefaultDecodeVariant();
-  for (const TunedLaunchRow& row : TunedLaunchTable()) {
+  for (const TunedLaunchRow& row : TunedLaunchTable(device->tuned_gpu)) {
     const int hkv = 2;
     const ModelShape shape = DecodeShape(row.group * hkv, hkv, row.head_dim, 16, 1, 32768);
     const int capacity = (row.min_work + hkv - 1) / hkv;
@@ -633,7 +642,7 @@ TEST(TunedLaunchTableTest, DefaultVariantPlansTheRowsFamily) {
         v.plan({shape, capacity, length, DecodeStep::kAppendAndDecode, *device});
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     EXPECT_EQ(plan->max_kv_length, length == 0 ? shape.max_context : length);
-    const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity, length);
+    const TunedSplitKv tuned = TunedSplitKvLaunch(shape, capacity, length, device->tuned_gpu);
     EXPECT_EQ(plan->variant, v.name);
     EXPECT_EQ(plan->split_kv_family, tuned.family);
     EXPECT_TRUE(plan->split_kv_config == tuned.config) << ToString(plan->split_kv_config);

@@ -1,5 +1,6 @@
-// The tuned launch table (kernels/tc_launch_table.inc) and its lookup, on the host: every row is a
-// configuration the kernels support, rows are ordered, and dispatch picks the right row.
+// The tuned launch tables (kernels/launch_tables/, one per GPU model) and their lookup, on the
+// host: every row is a configuration the kernels support, rows are ordered, and dispatch picks the
+// right row of the device model's table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,9 +23,12 @@ ModelShape Shape(int q_heads, int kv_heads, int head_dim) {
   return s;
 }
 
-TEST(LaunchTableTest, RowsAreSupportedAndOrdered) {
+class LaunchTableGpuTest : public ::testing::TestWithParam<TunedGpu> {};
+
+TEST_P(LaunchTableGpuTest, RowsAreSupportedAndOrdered) {
+  const TunedGpu gpu = GetParam();
   for (const KvCacheType type : {KvCacheType::kFp16, KvCacheType::kFp8E4M3}) {
-    const auto rows = TunedLaunchTable(type);
+    const auto rows = TunedLaunchTable(gpu, type);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const TunedLaunchRow& r = rows[i];
       SCOPED_TRACE(std::string(KvCacheTypeName(type)) + " row " + std::to_string(i));
@@ -49,50 +53,51 @@ TEST(LaunchTableTest, RowsAreSupportedAndOrdered) {
   }
 }
 
-TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
-  const auto rows = TunedLaunchTable();
+TEST_P(LaunchTableGpuTest, LookupPicksTheLastRowAtOrBelowTheWork) {
+  const TunedGpu gpu = GetParam();
+  const auto rows = TunedLaunchTable(gpu);
   for (const TunedLaunchRow& r : rows) {
     // kv heads 1: work items = capacity.
     // Shape() has max_context 32768: a plan of max_kv_length 0 is in the any-length class.
     const ModelShape s = Shape(r.group, 1, r.head_dim);
     const int length = r.max_kv_length;  // 0 or kSplitKvShortContext
-    const TunedSplitKv at = TunedSplitKvLaunch(s, r.min_work, length);
+    const TunedSplitKv at = TunedSplitKvLaunch(s, r.min_work, length, gpu);
     EXPECT_TRUE(at.config == r.config && at.family == r.family)
         << "D" << r.head_dim << " G" << r.group << " work " << r.min_work << " class " << length
         << ": got " << SplitKvVariantName(at.family) << " " << ToString(at.config);
     // A family asks for its configuration: the row's where the row names it, else the default.
     const SplitKvFamily other = r.family == SplitKvFamily::kSimt ? SplitKvFamily::kTensorCore
                                                                   : SplitKvFamily::kSimt;
-    EXPECT_TRUE(TunedLaunchConfig(r.family, s, r.min_work, length) == r.config);
-    EXPECT_TRUE(TunedLaunchConfig(other, s, r.min_work, length) == SplitKvLaunchConfig{});
+    EXPECT_TRUE(TunedLaunchConfig(r.family, s, r.min_work, length, gpu) == r.config);
+    EXPECT_TRUE(TunedLaunchConfig(other, s, r.min_work, length, gpu) == SplitKvLaunchConfig{});
     if (length == kSplitKvShortContext) {
       // Any short plan takes the short rows, whatever its own bound.
-      const TunedSplitKv shorter = TunedSplitKvLaunch(s, r.min_work, 100);
+      const TunedSplitKv shorter = TunedSplitKvLaunch(s, r.min_work, 100, gpu);
       EXPECT_TRUE(shorter.config == r.config && shorter.family == r.family);
       ModelShape short_shape = s;
       short_shape.max_context = 4096;
-      const TunedSplitKv by_shape = TunedSplitKvLaunch(short_shape, r.min_work);
+      const TunedSplitKv by_shape = TunedSplitKvLaunch(short_shape, r.min_work, 0, gpu);
       EXPECT_TRUE(by_shape.config == r.config && by_shape.family == r.family);
     }
   }
   // A (head dim, group) no row names (D 256, G 8) gets the tensor-core family under the default
   // configuration.
   const SplitKvLaunchConfig def;
-  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4) == def);
-  EXPECT_EQ(TunedSplitKvLaunch(Shape(16, 2, 256), 4).family, SplitKvFamily::kTensorCore);
+  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(16, 2, 256), 4, 0, gpu) == def);
+  EXPECT_EQ(TunedSplitKvLaunch(Shape(16, 2, 256), 4, 0, gpu).family, SplitKvFamily::kTensorCore);
   // An FP8 shape takes its own table's row, else the FP16 row's splitting with the FP8 CTA size.
-  for (const TunedLaunchRow& r : TunedLaunchTable(KvCacheType::kFp16)) {
+  for (const TunedLaunchRow& r : TunedLaunchTable(gpu, KvCacheType::kFp16)) {
     ModelShape s = Shape(r.group, 1, r.head_dim);
     s.kv_cache_type = KvCacheType::kFp8E4M3;
     const SplitKvLaunchConfig at =
-        TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, r.max_kv_length);
+        TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, r.max_kv_length, gpu);
     EXPECT_EQ(at.warps, kTcFp8Warps);
-    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work, r.max_kv_length).family,
+    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work, r.max_kv_length, gpu).family,
               SplitKvFamily::kTensorCore);
     EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, at, r.head_dim,
                                   KvCacheType::kFp8E4M3).ok()) << ToString(at);
     bool own_row = false;
-    for (const TunedLaunchRow& f : TunedLaunchTable(KvCacheType::kFp8E4M3)) {
+    for (const TunedLaunchRow& f : TunedLaunchTable(gpu, KvCacheType::kFp8E4M3)) {
       own_row |= f.head_dim == r.head_dim && f.group == r.group && f.min_work <= r.min_work;
     }
     if (!own_row) {
@@ -100,25 +105,65 @@ TEST(LaunchTableTest, LookupPicksTheLastRowAtOrBelowTheWork) {
       EXPECT_EQ(at.min_split_tokens, r.config.min_split_tokens);
     }
   }
-  for (const TunedLaunchRow& r : TunedLaunchTable(KvCacheType::kFp8E4M3)) {
+  for (const TunedLaunchRow& r : TunedLaunchTable(gpu, KvCacheType::kFp8E4M3)) {
     ModelShape s = Shape(r.group, 1, r.head_dim);
     s.kv_cache_type = KvCacheType::kFp8E4M3;
-    EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work) == r.config);
-    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work).family, SplitKvFamily::kTensorCore);
+    EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, 0, gpu) == r.config);
+    EXPECT_EQ(TunedSplitKvLaunch(s, r.min_work, 0, gpu).family, SplitKvFamily::kTensorCore);
     if (r.max_kv_length == 0) {
       // A short plan of a (D, G) whose short class has no rows falls back to these.
       bool short_rows = false;
-      for (const TunedLaunchRow& f : TunedLaunchTable(KvCacheType::kFp8E4M3)) {
+      for (const TunedLaunchRow& f : TunedLaunchTable(gpu, KvCacheType::kFp8E4M3)) {
         short_rows |= f.head_dim == r.head_dim && f.group == r.group && f.max_kv_length != 0;
       }
       if (!short_rows) {
-        EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, 1000) ==
+        EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, s, r.min_work, 1000, gpu) ==
                     r.config);
       }
     }
   }
   // An invalid shape does not crash the lookup (the launch reports it).
-  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4) == def);
+  EXPECT_TRUE(TunedLaunchConfig(SplitKvFamily::kTensorCore, Shape(8, 0, 128), 4, 0, gpu) == def);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LaunchTableGpuTest, ::testing::ValuesIn(kTunedGpus),
+                         [](const auto& info) { return std::string(TunedGpuName(info.param)); });
+
+// A device reads its model's table: the H200's by name, every other GPU the H100's; a plan
+// follows the table of the device it is made for.
+TEST(LaunchTableTest, DeviceModelPicksItsTable) {
+  EXPECT_EQ(TunedGpuFor("NVIDIA H200"), TunedGpu::kH200);
+  EXPECT_EQ(TunedGpuFor("NVIDIA H200 NVL"), TunedGpu::kH200);
+  EXPECT_EQ(TunedGpuFor("NVIDIA H100 80GB HBM3"), TunedGpu::kH100);
+  EXPECT_EQ(TunedGpuFor("NVIDIA A100-SXM4-80GB"), TunedGpu::kH100);
+  EXPECT_EQ(TunedGpuFor(""), TunedGpu::kH100);
+  EXPECT_NE(TunedLaunchTable(TunedGpu::kH100).data(), TunedLaunchTable(TunedGpu::kH200).data());
+  EXPECT_EQ(TunedLaunchTable(TunedGpu::kH100, KvCacheType::kFp8E4M3).data(),
+            TunedLaunchTable(TunedGpu::kH200, KvCacheType::kFp8E4M3).data());
+  // Some (shape, work, class) where the two tables differ plans each model's row (rows with a
+  // CTA target, which a described device without a GPU can plan).
+  int differing = 0;
+  for (const TunedLaunchRow& r : TunedLaunchTable(TunedGpu::kH200)) {
+    const ModelShape s = Shape(r.group, 1, r.head_dim);
+    const TunedSplitKv h100 = TunedSplitKvLaunch(s, r.min_work, r.max_kv_length, TunedGpu::kH100);
+    const TunedSplitKv h200 = TunedSplitKvLaunch(s, r.min_work, r.max_kv_length, TunedGpu::kH200);
+    if ((h100.config == h200.config && h100.family == h200.family) || h100.family != h200.family ||
+        h100.config.ctas_per_sm == 0 || h200.config.ctas_per_sm == 0) {
+      continue;
+    }
+    ++differing;
+    for (const TunedGpu gpu : kTunedGpus) {
+      const DecodeDevice device{-1, 132, gpu};
+      const StatusOr<DecodePlan> plan =
+          DefaultDecodeVariant().plan({s, r.min_work, r.max_kv_length, DecodeStep::kDecode, device});
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      const SplitKvLaunchConfig want = gpu == TunedGpu::kH200 ? h200.config : h100.config;
+      EXPECT_TRUE(plan->split_kv_config == want)
+          << TunedGpuName(gpu) << " D" << r.head_dim << " G" << r.group << " work " << r.min_work
+          << ": " << ToString(plan->split_kv_config) << " instead of " << ToString(want);
+    }
+  }
+  EXPECT_GT(differing, 0) << "the H100 and H200 tables agree on every tensor-core row";
 }
 
 TEST(LaunchTableTest, SplitKvPlansTwoContextClassesPastTheShortBound) {
