@@ -11,7 +11,7 @@ namespace attnrt::kernels {
 namespace {
 
 // The rows of a GPU model's table for a KV cache type. FP8 is swept on the H100 only; the H200
-// reads the same FP8 rows (on the H200 with them, 2026-11-28: 0.54-0.58x FP16 SDPA on the large
+// reads the same FP8 rows (on the H200 with them, 2026-11-28: 0.54-0.60x FP16 SDPA on the large
 // shapes, bench/results/2026-11-28_h200_check/).
 const std::vector<TunedLaunchRow>& Rows(TunedGpu gpu, KvCacheType kv_cache_type) {
   static const std::vector<TunedLaunchRow> h100_fp16 = {
