@@ -109,6 +109,8 @@ Status CudaExecutor::Impl::Init() {
   ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
   // Plans are made once, here, for this device: its SM count sizes the split-KV grids.
   ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeDevice device, kernels::CurrentDecodeDevice());
+  Logger().debug("cuda executor: device {} with {} SMs; split-KV plans read the {} launch table",
+                 device.ordinal, device.sm_count, kernels::TunedGpuName(device.tuned_gpu));
   if (options.paths.empty()) options.paths = {std::string(kernels::DefaultDecodeVariant().name)};
   for (const std::string& name : options.paths) {
     if (std::find(path_names.begin(), path_names.end(), name) != path_names.end()) {
