@@ -475,7 +475,18 @@ int Run(int argc, char** argv) {
                     p.work, p.batch, p.score, p.default_score);
       f << line;
     }
-    std::printf("\nwrote %s\n", table_out.c_str());
+    // Where the table goes: the FP16 table of this GPU's model; one FP8 table serves every model.
+    const kernels::TunedGpu model = kernels::TunedGpuFor(prop.name);
+    const bool own_model = model != kernels::TunedGpu::kH100 ||
+                           std::string(prop.name).find("H100") != std::string::npos;
+    const std::string adopt =
+        kv_cache_type == KvCacheType::kFp8E4M3
+            ? std::string("kernels/launch_tables/h100_fp8.inc (every model reads it)")
+            : "kernels/launch_tables/" + std::string(kernels::TunedGpuName(model)) + "_fp16.inc" +
+                  (own_model ? "" : " (the H100's: this GPU has no table of its own; add a "
+                                    "kernels::TunedGpu for it)");
+    std::printf("\nwrote %s; to adopt it, copy it to %s and rebuild\n", table_out.c_str(),
+                adopt.c_str());
   }
   if (!json_out.empty()) {
     std::ofstream f(json_out);
