@@ -175,10 +175,9 @@ struct TunedSplitKv {
 };
 // What variant "split_kv" launches for (shape, capacity) in a plan of `max_kv_length` (0:
 // shape.max_context) on a `gpu`: the row of its table for the shape's cache type and the plan's
-// context class, or the
-// tensor-core family under the default configuration where the table has none. An FP8 shape
-// whose (head_dim, group) has no FP8 row takes the FP16 row's splitting on the tensor-core
-// family with the CTA size built for FP8 (kTcFp8Warps).
+// context class, or the tensor-core family under the default configuration where the table has
+// none. An FP8 shape whose (head_dim, group) has no FP8 row takes the FP16 row's splitting on
+// the tensor-core family with the CTA size built for FP8 (kTcFp8Warps).
 TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_kv_length,
                                 TunedGpu gpu);
 // The configuration of `family` for (shape, capacity, max_kv_length): TunedSplitKvLaunch's where
