@@ -11,6 +11,7 @@
 #include "kernels/decode.h"
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_internal.h"
+#include "kernels/fp8_device.cuh"
 
 namespace attnrt::kernels {
 namespace {
@@ -54,17 +55,8 @@ __global__ void __launch_bounds__(kAppendThreads)
       // Element offsets are byte offsets in a pool of codes.
       const float k_scale = kv_scales[layer * num_kv_heads + h];
       const float v_scale = kv_scales[(num_layers + layer) * num_kv_heads + h];
-      const uint4 k8 = k_src[i], v8 = v_src[i];
-      const __half* kh = reinterpret_cast<const __half*>(&k8);
-      const __half* vh = reinterpret_cast<const __half*>(&v8);
-      uint2 kc = make_uint2(0u, 0u), vc = make_uint2(0u, 0u);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const std::uint32_t kb = QuantizeE4M3(__half2float(kh[e]), k_scale);
-        const std::uint32_t vb = QuantizeE4M3(__half2float(vh[e]), v_scale);
-        (e < 4 ? kc.x : kc.y) |= kb << (8 * (e % 4));
-        (e < 4 ? vc.x : vc.y) |= vb << (8 * (e % 4));
-      }
+      const uint2 kc = QuantizeHalf8(k_src[i], k_scale);
+      const uint2 vc = QuantizeHalf8(v_src[i], v_scale);
       *reinterpret_cast<uint2*>(reinterpret_cast<std::uint8_t*>(k_pool) + dst) = kc;
       *reinterpret_cast<uint2*>(reinterpret_cast<std::uint8_t*>(v_pool) + dst) = vc;
     } else {

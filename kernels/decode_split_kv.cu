@@ -173,8 +173,42 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
                ? __ldg(table + (tok >> p.log2_block_size))
                : 0;
   };
+  // A tile inside one block (blocks of >= 16 tokens; tiles start at multiples of 16), all of it
+  // before `end` and not holding the appended token, is 16 consecutive rows of the pool: lane l
+  // copies the tile's 16-byte chunks l, l + 32, ... at fixed offsets from one address (about a
+  // third of the loop's instructions went to per-row addressing; H200 ncu, 2026-11-29).
+  const bool blocks_hold_tiles = p.log2_block_size >= 4;  // kWarpTokens == 16
   auto issue = [&](int j, int block) {
     if (j >= my_tiles) return;  // warp-uniform
+    {
+      const int tb = tile_begin(j);
+      if (blocks_hold_tiles && tb + kWarpTokens <= end &&
+          (append_tok < tb || append_tok >= tb + kWarpTokens)) {  // warp-uniform
+        const std::int64_t row0 =
+            static_cast<std::int64_t>(__shfl_sync(0xffffffffu, block, 0)) * p.block_stride +
+            static_cast<std::int64_t>(tb & bs_mask) * kHeadDim;  // elements
+        constexpr int kElemBytes = kFp8 ? 1 : static_cast<int>(sizeof(Half));
+        const char* k_src = (kFp8 ? reinterpret_cast<const char*>(k_codes)
+                                  : reinterpret_cast<const char*>(k_base)) +
+                            row0 * kElemBytes + lane * 16;
+        const char* v_src = (kFp8 ? reinterpret_cast<const char*>(v_codes)
+                                  : reinterpret_cast<const char*>(v_base)) +
+                            row0 * kElemBytes + lane * 16;
+        char* k_dst = reinterpret_cast<char*>(warp_smem) + (j % kTcStages) * 2 * kTileHalves * kElemBytes;
+        char* v_dst = k_dst + kTileHalves * kElemBytes;
+#pragma unroll
+        for (int i = 0; i < kCopies; ++i) {
+          const int idx = lane + 32 * i;
+          const int r = idx / kChunks;
+          const int c = idx % kChunks;
+          const int dst = kFp8 ? Fp8TileOffset<kHeadDim>(r, c)
+                               : SwizzledOffset<kHeadDim>(r, c) * kElemBytes;
+          CpAsync16(k_dst + dst, k_src + 512 * i, true);
+          CpAsync16(v_dst + dst, v_src + 512 * i, true);
+        }
+        return;
+      }
+    }
     if constexpr (kFp8) {
       std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
       std::uint8_t* vc = kc + kTileHalves;

@@ -15,6 +15,7 @@
 #include <attnrt/half.h>
 
 #include "api/internal/cuda_check.h"
+#include "kernels/fp8_device.cuh"
 #include "kernels/fp8_e4m3.h"
 
 namespace attnrt::kernels {
@@ -32,6 +33,12 @@ __global__ void DecodeBoth(float* ours, float* cuda) {
   ours[c] = DecodeE4M3(static_cast<std::uint8_t>(c));
   const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3);
   cuda[c] = __half2float(__half(h));
+}
+
+// QuantizeHalf8 (the kernels' append: the hardware conversion) over 8 halves per thread.
+__global__ void QuantizeEights(const uint4* halves, int n, float scale, uint2* codes) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) codes[i] = QuantizeHalf8(halves[i], scale);
 }
 
 bool SameCode(std::uint8_t a, std::uint8_t b) {
@@ -83,6 +90,38 @@ TEST_F(Fp8E4M3GpuTest, EncodeMatchesTheHardwareForEveryHalfAndAFloatSweep) {
   cudaFree(dx);
   cudaFree(d_ours);
   cudaFree(d_cuda);
+}
+
+// The append's vectorised quantization stores exactly the host codec's bytes (NaN's sign too):
+// every FP16 value under scales that make results subnormal, normal, saturated and exact.
+TEST_F(Fp8E4M3GpuTest, QuantizeHalf8StoresTheCodecsBytesForEveryHalf) {
+  std::vector<Half> h(65536);
+  for (std::uint32_t b = 0; b < 65536; ++b) h[b] = Half{static_cast<std::uint16_t>(b)};
+  const int n = 65536 / 8;
+  uint4* d_in = nullptr;
+  uint2* d_codes = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_in, n * sizeof(uint4)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_codes, n * sizeof(uint2)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_in, h.data(), n * sizeof(uint4), cudaMemcpyHostToDevice), cudaSuccess);
+  for (const float scale : {1.0f, 0.0123f, 3.7f, 1.0f / 448.0f, 97.5f}) {
+    ASSERT_EQ(cudaMemset(d_codes, 0xA5, n * sizeof(uint2)), cudaSuccess);  // poisoned
+    QuantizeEights<<<(n + 255) / 256, 256>>>(d_in, n, scale, d_codes);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::uint8_t> codes(65536);
+    ASSERT_EQ(cudaMemcpy(codes.data(), d_codes, codes.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    int mismatches = 0;
+    for (int i = 0; i < 65536; ++i) {
+      const std::uint8_t host = QuantizeE4M3(HalfToFloat(h[i]), scale);
+      if (codes[i] != host && ++mismatches <= 10) {
+        ADD_FAILURE() << "half bits " << i << " scale " << scale << ": device "
+                      << int(codes[i]) << ", host " << int(host);
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << "scale " << scale;
+  }
+  cudaFree(d_in);
+  cudaFree(d_codes);
 }
 
 TEST_F(Fp8E4M3GpuTest, EveryCodeDecodesAsTheHardwareDoes) {
