@@ -41,11 +41,17 @@ template <int kHeadDim, bool kFp8>
 constexpr int TcMinCtasPerSm() {
   return !kFp8 ? 0 : (kHeadDim == 128 ? 4 : 1);
 }
-// Shared memory of one warp: its ring of K and V tiles (FP16 rows or E4M3 code rows).
+// Shared memory of one warp: its ring of K and V tiles (FP16 rows or E4M3 code rows); FP8 also
+// the appended token's FP16 K and V rows, copied in with the first tiles and quantized into the
+// ring and the page when their tile is used (4 FP8 D = 128 CTAs still fit an SM: 4 x 50 KB).
 template <int kHeadDim, bool kFp8>
-constexpr int TcWarpSmemBytes() {
+constexpr int TcRingBytes() {
   constexpr int tile = kWarpTokens * kHeadDim;  // elements
   return kTcStages * 2 * tile * static_cast<int>(kFp8 ? 1 : sizeof(Half));
+}
+template <int kHeadDim, bool kFp8>
+constexpr int TcWarpSmemBytes() {
+  return TcRingBytes<kHeadDim, kFp8>() + (kFp8 ? 2 * kHeadDim * static_cast<int>(sizeof(Half)) : 0);
 }
 template <int kHeadDim, int kWarps, bool kFp8 = false>
 constexpr int TcSmemBytes() {
@@ -165,6 +171,18 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     v_scale = p.kv_scales[(p.num_layers + layer) * num_kv_heads + kv_head];
   }
 
+  // FP8: the appending warp copies the new token's FP16 K and V rows into its scratch, in the
+  // first tiles' cp.async group (asynchronously, as FP16 does with the token's tile: a request in
+  // place is a PCIe round trip away); they are quantized when their tile is used.
+  Half* new_rows = reinterpret_cast<Half*>(warp_smem + TcRingBytes<kHeadDim, kFp8>());  // K, V
+  if constexpr (kFp8) {
+    if (append_tok >= 0 && warp == ((append_tok - begin) / kWarpTokens) % kWarps &&
+        lane < kHeadDim / 8) {
+      CpAsync16(new_rows + lane * 8, k_new_row + lane * 8, true);
+      CpAsync16(new_rows + kHeadDim + lane * 8, v_new_row + lane * 8, true);
+    }
+  }
+
   // Lane j < 16 holds the block id of token j of the next tile to issue (fetched a tile ahead).
   auto tile_begin = [&](int j) { return begin + (warp + j * kWarps) * kWarpTokens; };
   auto load_block = [&](int j) {
@@ -224,17 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
         const std::int64_t off = static_cast<std::int64_t>(b) * p.block_stride +
                                  static_cast<std::int64_t>(tok & bs_mask) * kHeadDim + c * 16;
         const int dst = Fp8TileOffset<kHeadDim>(r, c);
-        if (tok == append_tok) {
-          const uint4* kn = reinterpret_cast<const uint4*>(k_new_row + c * 16);
-          const uint4* vn = reinterpret_cast<const uint4*>(v_new_row + c * 16);
-          const uint4 k_row = QuantizeHalf16(kn[0], kn[1], k_scale);
-          const uint4 v_row = QuantizeHalf16(vn[0], vn[1], v_scale);
-          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(k_codes) + off) = k_row;
-          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(v_codes) + off) = v_row;
-          *reinterpret_cast<uint4*>(kc + dst) = k_row;
-          *reinterpret_cast<uint4*>(vc + dst) = v_row;
-          continue;
-        }
+        if (tok == append_tok) continue;  // quantized from new_rows when the tile is used
         CpAsync16(kc + dst, valid ? k_codes + off : k_codes, valid);
         CpAsync16(vc + dst, valid ? v_codes + off : v_codes, valid);
       }
@@ -311,7 +319,29 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     const Half* vs = ks + kTileHalves;
     const std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
     const std::uint8_t* vc = kc + kTileHalves;
-    if constexpr (!kFp8) {
+    if constexpr (kFp8) {
+      // FP8: the new token's FP16 rows arrived with the first tiles; lane c quantizes 16 values
+      // of K and of V into its tile row (chunk c) and its page.
+      const int r = append_tok - tile_begin(j);
+      if (append_tok >= 0 && r >= 0 && r < kWarpTokens) {  // warp-uniform
+        if (lane < kChunks) {
+          const uint4* kn = reinterpret_cast<const uint4*>(new_rows + lane * 16);
+          const uint4* vn = reinterpret_cast<const uint4*>(new_rows + kHeadDim + lane * 16);
+          const uint4 k_row = QuantizeHalf16(kn[0], kn[1], k_scale);
+          const uint4 v_row = QuantizeHalf16(vn[0], vn[1], v_scale);
+          const std::int64_t off =
+              static_cast<std::int64_t>(__ldg(table + (append_tok >> p.log2_block_size))) *
+                  p.block_stride +
+              static_cast<std::int64_t>(append_tok & bs_mask) * kHeadDim + lane * 16;
+          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(k_codes) + off) = k_row;
+          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(v_codes) + off) = v_row;
+          const int at = Fp8TileOffset<kHeadDim>(r, lane);
+          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(kc) + at) = k_row;
+          *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(vc) + at) = v_row;
+        }
+        __syncwarp();  // the row is in the ring before any lane reads the tile
+      }
+    } else {
       // FP16: the new token came into the ring with its tile; from there into its page (lane c
       // stores 16-byte chunk c of its K and V rows).
       const int r = append_tok - tile_begin(j);

@@ -65,6 +65,12 @@ __device__ __forceinline__ std::uint32_t EncodeE4M3x2(float lo, float hi) {
   return codes;
 }
 
+// x / scale as the host computes it: IEEE FP32 division, a NaN keeping its sign (the GPU's
+// division returns the canonical NaN, the host's the input's: scale is finite and > 0).
+__device__ __forceinline__ float Scaled(float x, float scale) {
+  return x != x ? x : __fdiv_rn(x, scale);
+}
+
 // 8 FP16 values (one 16-byte vector) to 8 E4M3 codes under `scale` (the cache's rule,
 // QuantizeE4M3: x / scale in IEEE FP32, then the codec), element e in byte e.
 __device__ __forceinline__ uint2 QuantizeHalf8(const uint4& halves, float scale) {
@@ -74,8 +80,8 @@ __device__ __forceinline__ uint2 QuantizeHalf8(const uint4& halves, float scale)
   for (int i = 0; i < 2; ++i) {
     const float2 a = __half22float2(h[2 * i]);
     const float2 b = __half22float2(h[2 * i + 1]);
-    w[i] = EncodeE4M3x2(__fdiv_rn(a.x, scale), __fdiv_rn(a.y, scale)) |
-           (EncodeE4M3x2(__fdiv_rn(b.x, scale), __fdiv_rn(b.y, scale)) << 16);
+    w[i] = EncodeE4M3x2(Scaled(a.x, scale), Scaled(a.y, scale)) |
+           (EncodeE4M3x2(Scaled(b.x, scale), Scaled(b.y, scale)) << 16);
   }
   return make_uint2(w[0], w[1]);
 }
