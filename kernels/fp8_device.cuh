@@ -54,34 +54,37 @@ __device__ __forceinline__ void E4M3x16ToHalf(const uint4& codes, uint4& lo, uin
 
 // Two floats to two E4M3 codes, `lo`'s in byte 0: the codec's EncodeE4M3 by the hardware's
 // saturating round-to-nearest-even conversion (the two agree on every input but NaN's sign,
-// tests/kernels/fp8_e4m3_gpu_test.cu; the codec's sign is put back, so device and host store
-// the same bytes). ~10 instructions where the codec's branches take ~40 a value.
+// tests/kernels/fp8_e4m3_gpu_test.cu). ~10 instructions where the codec's branches take ~40 a
+// value.
 __device__ __forceinline__ std::uint32_t EncodeE4M3x2(float lo, float hi) {
   std::uint16_t pair;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(pair) : "f"(hi), "f"(lo));
-  std::uint32_t codes = pair;
-  if (lo != lo) codes = (codes & 0xff00u) | kE4M3NaN | ((__float_as_uint(lo) >> 24) & 0x80u);
-  if (hi != hi) codes = (codes & 0x00ffu) | ((kE4M3NaN | ((__float_as_uint(hi) >> 24) & 0x80u)) << 8);
-  return codes;
-}
-
-// x / scale as the host computes it: IEEE FP32 division, a NaN keeping its sign (the GPU's
-// division returns the canonical NaN, the host's the input's: scale is finite and > 0).
-__device__ __forceinline__ float Scaled(float x, float scale) {
-  return x != x ? x : __fdiv_rn(x, scale);
+  return pair;
 }
 
 // 8 FP16 values (one 16-byte vector) to 8 E4M3 codes under `scale` (the cache's rule,
-// QuantizeE4M3: x / scale in IEEE FP32, then the codec), element e in byte e.
+// QuantizeE4M3: x / scale in IEEE FP32, then the codec), element e in byte e: the host's bytes,
+// a NaN's sign included (the GPU's conversions return the canonical NaN; the host keeps the
+// input's sign, so it is taken from the FP16 bits; a finite x over a finite scale > 0 is never
+// NaN).
 __device__ __forceinline__ uint2 QuantizeHalf8(const uint4& halves, float scale) {
   const __half2* h = reinterpret_cast<const __half2*>(&halves);
+  const std::uint32_t* bits = reinterpret_cast<const std::uint32_t*>(&halves);
   std::uint32_t w[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float2 a = __half22float2(h[2 * i]);
     const float2 b = __half22float2(h[2 * i + 1]);
-    w[i] = EncodeE4M3x2(Scaled(a.x, scale), Scaled(a.y, scale)) |
-           (EncodeE4M3x2(Scaled(b.x, scale), Scaled(b.y, scale)) << 16);
+    w[i] = EncodeE4M3x2(__fdiv_rn(a.x, scale), __fdiv_rn(a.y, scale)) |
+           (EncodeE4M3x2(__fdiv_rn(b.x, scale), __fdiv_rn(b.y, scale)) << 16);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const std::uint32_t half = (bits[2 * i + e / 2] >> (16 * (e % 2))) & 0xffffu;
+      if ((half & 0x7fffu) > 0x7c00u) {  // NaN
+        const std::uint32_t code = kE4M3NaN | ((half >> 8) & 0x80u);
+        w[i] = (w[i] & ~(0xffu << (8 * e))) | (code << (8 * e));
+      }
+    }
   }
   return make_uint2(w[0], w[1]);
 }
