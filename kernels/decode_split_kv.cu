@@ -439,9 +439,8 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     const std::uint32_t pb0 = *reinterpret_cast<std::uint32_t*>(&p01);
     const std::uint32_t pb1 = *reinterpret_cast<std::uint32_t*>(&p23);
     // O^T columns are heads 2t and 2t+1: their rescale factors live in lanes 8t and 8t+4.
-    // FP8: the rescale is skipped while no head's max moved (most tiles past the first few),
-    // which the instruction-bound FP8 loop notices; FP16 keeps its straight-line code.
-    const bool rescale = !kFp8 || __any_sync(0xffffffffu, corr != 1.0f);
+    // The rescale is skipped while no head's max moved (most tiles past the first few).
+    const bool rescale = __any_sync(0xffffffffu, corr != 1.0f);
     float corr0 = 1.0f, corr1 = 1.0f;
     if (rescale) {
       corr0 = __shfl_sync(0xffffffffu, corr, 8 * t);
