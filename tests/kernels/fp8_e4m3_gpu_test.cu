@@ -1,7 +1,8 @@
 // The FP8 E4M3 codec (kernels/fp8_e4m3.h) against the GPU's own conversions (cuda_fp8.h:
 // __nv_cvt_float_to_fp8 with __NV_SATFINITE, __nv_cvt_fp8_to_halfraw): for every FP16 input and
 // a sweep of floats, the host encoder, the same encoder compiled for the device, and the
-// hardware conversion give the same code; every code decodes to the same value.
+// hardware conversion give the same code; every code decodes to the same value; the kernels'
+// vectorised quantization (QuantizeHalf8: the hardware conversion) stores the codec's bytes.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
