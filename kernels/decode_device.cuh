@@ -22,19 +22,9 @@ constexpr float kNoScore = -1.0e30f;
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;
-#if defined(ATTNRT_CP_ASYNC_L2_PREFETCH) && ATTNRT_CP_ASYNC_L2_PREFETCH == 256
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-#elif defined(ATTNRT_CP_ASYNC_L2_PREFETCH) && ATTNRT_CP_ASYNC_L2_PREFETCH == 128
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
                "r"(src_bytes)
                : "memory");
-#endif
 }
 // 8 bytes global -> shared (cp.async.cg moves 16 only; .ca also allocates in L1), zero-filling
 // when !valid like CpAsync16.

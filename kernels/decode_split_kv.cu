@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   // FP8: the appending warp copies the new token's FP16 K and V rows into its scratch, in the
   // first tiles' cp.async group (asynchronously, as FP16 does with the token's tile: a request in
   // place is a PCIe round trip away); they are quantized when their tile is used.
-  Half* new_rows = reinterpret_cast<Half*>(warp_smem + TcRingBytes<kHeadDim, kFp8>());  // K, V
+  Half* new_rows = reinterpret_cast<Half*>(warp_smem + TcRingBytes<kHeadDim, kFp8>());  // FP8
   if constexpr (kFp8) {
     if (append_tok >= 0 && warp == ((append_tok - begin) / kWarpTokens) % kWarps &&
         lane < kHeadDim / 8) {
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
         const char* v_src = (kFp8 ? reinterpret_cast<const char*>(v_codes)
                                   : reinterpret_cast<const char*>(v_base)) +
                             row0 * kElemBytes + lane * 16;
-        char* k_dst = reinterpret_cast<char*>(warp_smem) + (j % kTcStages) * 2 * kTileHalves * kElemBytes;
+        char* k_dst = warp_smem + (j % kTcStages) * 2 * kTileHalves * kElemBytes;
         char* v_dst = k_dst + kTileHalves * kElemBytes;
 #pragma unroll
         for (int i = 0; i < kCopies; ++i) {
