@@ -5,11 +5,8 @@
 # naming the job. No GPU or build tree needed.
 set -u
 case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-root=$(cd "$(dirname "$0")/../.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { if ! eval "$2"; then echo "FAILED: $1" >&2; fails=$((fails + 1)); fi; }
+# shellcheck source=script_checks.sh
+source "$(dirname "$0")/script_checks.sh"
 fake() {  # name body
   printf '#!/bin/sh\n%s\n' "$2" > "$tmp/build/tests/$1"
   chmod +x "$tmp/build/tests/$1"
@@ -35,5 +32,4 @@ check "the skip is named" 'grep -q "^skip_test shard 0/1 rc=0 .*PROBLEM: GPU tes
 check "the passing job is not" '! grep -q "^good_test" "$tmp/o2.txt"'
 check "three of four" 'grep -q "^jobs with a problem: 3 of 4$" "$tmp/o2.txt"'
 check "an unknown argument exits 2" '"$root/scripts/gpu-test-shards.sh" "$tmp/build" "$tmp/o3" --bogus > /dev/null 2>&1; [ $? -eq 2 ]'
-if [ $fails -ne 0 ]; then cat "$tmp/o2.txt" >&2; echo "gpu_test_shards_test: $fails checks failed" >&2; exit 1; fi
-echo "gpu_test_shards_test: all checks passed"
+checks_done gpu_test_shards_test "$tmp/o2.txt"

@@ -5,11 +5,8 @@
 # any build). No GPU.
 set -u
 case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-root=$(cd "$(dirname "$0")/../.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { if ! eval "$2"; then echo "FAILED: $1" >&2; fails=$((fails + 1)); fi; }
+# shellcheck source=script_checks.sh
+source "$(dirname "$0")/script_checks.sh"
 row() {  # name median_us: a median aggregate and a mean that must be ignored
   printf '{"name": "BM_Decode/%s/default/min_time:0.020/repeats:5/manual_time_median", "run_name": "BM_Decode/%s/default/min_time:0.020/repeats:5/manual_time", "run_type": "aggregate", "aggregate_name": "median", "real_time": %s, "time_unit": "us"},\n' "$1" "$1" "$2"
   printf '{"name": "BM_Decode/%s/default/min_time:0.020/repeats:5/manual_time_mean", "run_name": "BM_Decode/%s/default/min_time:0.020/repeats:5/manual_time", "run_type": "aggregate", "aggregate_name": "mean", "real_time": 1.0, "time_unit": "us"}' "$1" "$1"
@@ -43,5 +40,4 @@ check "OUT_DIR missing exits 2" 'bash "$ab" "$tmp/kernels" > /dev/null 2>&1; [ $
 check "not a copy of kernels/ exits 2" 'bash "$ab" "$tmp/none" "$tmp/o" > /dev/null 2>&1; [ $? -eq 2 ]'
 check "bad rounds exit 2" 'bash "$ab" "$tmp/kernels" "$tmp/o" --rounds 0 > /dev/null 2>&1; [ $? -eq 2 ]'
 check "an unknown argument exits 2" 'bash "$ab" "$tmp/kernels" "$tmp/o" --bogus > /dev/null 2>&1; [ $? -eq 2 ]'
-if [ $fails -ne 0 ]; then cat "$tmp/ab.txt" >&2; echo "kernel_ab_test: $fails checks failed" >&2; exit 1; fi
-echo "kernel_ab_test: all checks passed"
+checks_done kernel_ab_test "$tmp/ab.txt"
