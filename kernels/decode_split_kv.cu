@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   // before `end` and not holding the appended token, is 16 consecutive rows of the pool: lane l
   // copies the tile's 16-byte chunks l, l + 32, ... at fixed offsets from one address (about a
   // third of the loop's instructions went to per-row addressing; H200 ncu, 2026-11-29).
-  const bool blocks_hold_tiles = p.log2_block_size >= 4;  // kWarpTokens == 16
+  static_assert(kWarpTokens == 1 << 4, "blocks of >= 2^4 tokens hold whole tiles");
+  const bool blocks_hold_tiles = p.log2_block_size >= 4;
   auto issue = [&](int j, int block) {
     if (j >= my_tiles) return;  // warp-uniform
     {
@@ -308,6 +309,12 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   // ldmatrix source row of this lane: matrix lane/8 covers tokens +8*(lane/16) and chunk +(lane/8)&1.
   const int lm_row = ((lane >> 4) << 3) + (lane & 7);
   const int lm_chunk = (lane >> 3) & 1;
+  // Element offset of the appended token's row in its page (K's and V's pools alike).
+  auto append_row_offset = [&]() {
+    return static_cast<std::int64_t>(__ldg(table + (append_tok >> p.log2_block_size))) *
+               p.block_stride +
+           static_cast<std::int64_t>(append_tok & bs_mask) * kHeadDim;
+  };
 
   for (int j = 0; j < my_tiles; ++j) {
     issue(j + kTcStages - 1, block);
@@ -329,10 +336,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
           const uint4* vn = reinterpret_cast<const uint4*>(new_rows + kHeadDim + lane * 16);
           const uint4 k_row = QuantizeHalf16(kn[0], kn[1], k_scale);
           const uint4 v_row = QuantizeHalf16(vn[0], vn[1], v_scale);
-          const std::int64_t off =
-              static_cast<std::int64_t>(__ldg(table + (append_tok >> p.log2_block_size))) *
-                  p.block_stride +
-              static_cast<std::int64_t>(append_tok & bs_mask) * kHeadDim + lane * 16;
+          const std::int64_t off = append_row_offset() + lane * 16;  // codes: one byte each
           *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(k_codes) + off) = k_row;
           *reinterpret_cast<uint4*>(const_cast<std::uint8_t*>(v_codes) + off) = v_row;
           const int at = Fp8TileOffset<kHeadDim>(r, lane);
@@ -346,10 +350,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
       // stores 16-byte chunk c of its K and V rows).
       const int r = append_tok - tile_begin(j);
       if (append_tok >= 0 && r >= 0 && r < kWarpTokens && lane < kChunks) {
-        const std::int64_t off =
-            static_cast<std::int64_t>(__ldg(table + (append_tok >> p.log2_block_size))) *
-                p.block_stride +
-            static_cast<std::int64_t>(append_tok & bs_mask) * kHeadDim + lane * 8;
+        const std::int64_t off = append_row_offset() + lane * 8;
         const int at = SwizzledOffset<kHeadDim>(r, lane);
         *reinterpret_cast<uint4*>(const_cast<Half*>(k_base) + off) =
             *reinterpret_cast<const uint4*>(ks + at);
