@@ -4,10 +4,18 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <tuple>
 
 #include "api/internal/finite.h"
 
 namespace attnrt::scheduler {
+
+namespace {
+Status NonFiniteError(const char* tensor, std::ptrdiff_t element) {
+  return InvalidArgumentError(std::string(tensor) + " holds a non-finite value at element " +
+                              std::to_string(element));
+}
+}  // namespace
 
 StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
                                                 DoneCallback* done, ResultFuture* future,
@@ -17,8 +25,8 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
                   InvalidArgumentError("done callback is empty (pass a callable, or use the "
                                        "future form of Submit)"));
   }
-  if (!validated) {
-    if (Status s = Validate(request); !s.ok()) return s;
+  if (!validated) {  // check_finite's scan is fused into the copy below
+    if (Status s = Validate(request, /*scan_finite=*/false); !s.ok()) return s;
   }
   const ClockNanos now = clock_->Now();
   ClockNanos timeout_ns = default_timeout_ns_;
@@ -45,7 +53,6 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
                                   " requests already queued");
   }
 
-  activity_.Add(request.sequence_id);  // removed in Deliver, before the caller sees the result
   RequestRecord* record;
   if (producer != nullptr) {
     if (producer->cache.empty()) {
@@ -57,6 +64,26 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
   } else {
     record = pool_.Acquire();
   }
+  record->caller_device = request.memory == TensorMemory::kDevice;
+  if (record->caller_device) {  // read in place by the batch: nothing to copy
+    record->device_q = request.q.data();
+    record->device_k = request.k.data();
+    record->device_v = request.v.data();
+  } else {
+    // One pass over each tensor: copied into the staging and, with check_finite, tested for
+    // Inf/NaN (Decode's submitted route was scanned by its Validate).
+    const bool check = options_.check_finite && !validated;
+    for (auto [name, src, dst] : {std::tuple{"q", request.q, record->q},
+                                  std::tuple{"k", request.k, record->k},
+                                  std::tuple{"v", request.v, record->v}}) {
+      if (const std::ptrdiff_t i = CopyCheckingFinite(dst, src, check); i >= 0) {
+        pool_.Release(record);  // never published; nothing else was touched
+        Refuse();
+        return Reject(RejectReason::kNonFinite, NonFiniteError(name, i));
+      }
+    }
+  }
+  activity_.Add(request.sequence_id);  // removed in Deliver, before the caller sees the result
   record->sequence_id = request.sequence_id;
   record->layer = request.layer;
   record->priority = request.priority;
@@ -65,16 +92,6 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
   record->out_dest = request.out;
   record->lse_dest = request.lse;
   record->want_lse = request.want_lse;
-  record->caller_device = request.memory == TensorMemory::kDevice;
-  if (record->caller_device) {  // read in place by the batch: nothing to copy
-    record->device_q = request.q.data();
-    record->device_k = request.k.data();
-    record->device_v = request.v.data();
-  } else {
-    std::memcpy(record->q, request.q.data(), q_elems_ * sizeof(Half));
-    std::memcpy(record->k, request.k.data(), kv_elems_ * sizeof(Half));
-    std::memcpy(record->v, request.v.data(), kv_elems_ * sizeof(Half));
-  }
   if (done != nullptr) {
     record->callback = std::move(*done);
   } else {
@@ -104,7 +121,7 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
 
 DecodeResult Scheduler::Impl::Decode(const DecodeRequest& request) {
   DecodeResult result;
-  if (Status s = Validate(request); !s.ok()) {
+  if (Status s = Validate(request, /*scan_finite=*/true); !s.ok()) {
     result.status = std::move(s);
     return result;
   }
@@ -245,7 +262,7 @@ Status Scheduler::Impl::Reject(RejectReason reason, Status status) {
   return status;
 }
 
-Status Scheduler::Impl::Validate(const DecodeRequest& r) {
+Status Scheduler::Impl::Validate(const DecodeRequest& r, bool scan_finite) {
   if (r.q.size() != q_elems_) {
     return Reject(RejectReason::kInvalidArgument,
                   InvalidArgumentError("q has " + std::to_string(r.q.size()) +
@@ -311,13 +328,10 @@ Status Scheduler::Impl::Validate(const DecodeRequest& r) {
                                        " is neither kHost nor kDevice"));
   }
   // The runtime never reads device memory on the host: check_finite is for host requests.
-  if (options_.check_finite && r.memory == TensorMemory::kHost) {
+  if (scan_finite && options_.check_finite && r.memory == TensorMemory::kHost) {
     for (auto [name, span] : {std::pair{"q", r.q}, std::pair{"k", r.k}, std::pair{"v", r.v}}) {
       if (const std::ptrdiff_t i = FirstNonFinite(span); i >= 0) {
-        return Reject(RejectReason::kNonFinite,
-                      InvalidArgumentError(std::string(name) +
-                                           " holds a non-finite value at element " +
-                                           std::to_string(i)));
+        return Reject(RejectReason::kNonFinite, NonFiniteError(name, i));
       }
     }
   }

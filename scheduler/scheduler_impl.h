@@ -187,7 +187,9 @@ class Scheduler::Impl final : public ClockListener {
 
   Status Reject(RejectReason reason, Status status);
 
-  Status Validate(const DecodeRequest& r);
+  // Everything Submit checks before admission; `scan_finite`: also check_finite's scan of host
+  // q/k/v (Submit fuses it into its copy instead, CopyCheckingFinite).
+  Status Validate(const DecodeRequest& r, bool scan_finite);
 
   // ---- the batching thread -------------------------------------------------------------------
 

@@ -1,10 +1,16 @@
-// FirstNonFinite: the one check_finite scan, shared by Submit (scheduler/intake.cc) and Prefill
-// (api/facade_runtime.cc). Internal: not a public header.
+// FirstNonFinite: the one check_finite scan, shared by Decode's in-place route
+// (scheduler/intake.cc) and Prefill (api/facade_runtime.cc); CopyCheckingFinite, the same check
+// fused into Submit's copy into a request's staging. Internal: not a public header.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <attnrt/half.h>
 
@@ -21,6 +27,39 @@ inline std::ptrdiff_t FirstNonFinite(std::span<const Half> x) {
     if ((x[i].bits & kExponent) == kExponent) return static_cast<std::ptrdiff_t>(i);
   }
   return -1;
+}
+
+// Copies src into dst (src.size() halves) and, with `check`, returns the index of src's first
+// Inf/NaN (-1: none; dst then holds an unspecified part of src). One pass: each 16 bytes are
+// loaded once, tested and stored with a non-temporal store where dst is 16-byte aligned (a
+// request's staging, 64-byte aligned, is read next by the GPU or another thread, not by this
+// one: streaming stores skip reading the destination lines into this core's cache). Ends with
+// a store fence, so a later release (the intake queue's enqueue) publishes the copy. H=32 D=128
+// q + k + v (24 KB) on the 2-core VM: 1.5 us scanned then copied with memcpy, 0.8-0.95 us so.
+inline std::ptrdiff_t CopyCheckingFinite(Half* dst, std::span<const Half> src, bool check) {
+  const std::size_t n = src.size();
+#if defined(__SSE2__)
+  if ((reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
+    const std::size_t vectors = n / 8;  // 8 halves a vector
+    const __m128i* s = reinterpret_cast<const __m128i*>(src.data());
+    __m128i* d = reinterpret_cast<__m128i*>(dst);
+    const __m128i exponent = _mm_set1_epi16(0x7c00);
+    __m128i bad = _mm_setzero_si128();
+    for (std::size_t i = 0; i < vectors; ++i) {
+      const __m128i x = _mm_loadu_si128(s + i);
+      bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(x, exponent), exponent));
+      _mm_stream_si128(d + i, x);
+    }
+    const std::size_t done = vectors * 8;
+    if (done < n) std::memcpy(dst + done, src.data() + done, (n - done) * sizeof(Half));
+    _mm_sfence();
+    if (!check) return -1;
+    if (_mm_movemask_epi8(bad) == 0 && FirstNonFinite(src.subspan(done)) < 0) return -1;
+    return FirstNonFinite(src);
+  }
+#endif
+  std::memcpy(dst, src.data(), n * sizeof(Half));
+  return check ? FirstNonFinite(src) : -1;
 }
 
 }  // namespace attnrt

@@ -444,6 +444,13 @@ TEST_P(RuntimeWiringTest, RejectsNonFiniteInputsByDefaultNamingTensorAndElement)
         << sub.status().ToString();
   }
   EXPECT_EQ(Length(2, 0), 0);  // none was stored
+  // None is outstanding either (the check runs after admission, in Submit's copy): the sequence
+  // is idle, and a good request of it still decodes.
+  const Step ok_step = NewStep();
+  auto good = rt_->Submit(Request(2, 0, ok_step));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_TRUE(good->result.get().status.ok());
+  EXPECT_TRUE(rt_->FreeSequence(2).ok());
 }
 
 // With check_finite off a NaN in k is accepted and stored: as RuntimeOptions documents, every
