@@ -70,18 +70,21 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
     record->device_k = request.k.data();
     record->device_v = request.v.data();
   } else {
-    // One pass over each tensor: copied into the staging and, with check_finite, tested for
-    // Inf/NaN (Decode's submitted route was scanned by its Validate).
+    // Copied into the staging and, with check_finite, tested for Inf/NaN (Decode's submitted
+    // route was scanned by its Validate); large requests in one streaming pass.
     const bool check = options_.check_finite && !validated;
+    const bool streaming = (q_elems_ + 2 * kv_elems_) * sizeof(Half) >= kStreamingCopyMinBytes;
     for (auto [name, src, dst] : {std::tuple{"q", request.q, record->q},
                                   std::tuple{"k", request.k, record->k},
                                   std::tuple{"v", request.v, record->v}}) {
-      if (const std::ptrdiff_t i = CopyCheckingFinite(dst, src, check); i >= 0) {
+      if (const std::ptrdiff_t i = CopyCheckingFinite(dst, src, check, streaming); i >= 0) {
+        if (streaming) StreamingCopiesDone();
         pool_.Release(record);  // never published; nothing else was touched
         Refuse();
         return Reject(RejectReason::kNonFinite, NonFiniteError(name, i));
       }
     }
+    if (streaming) StreamingCopiesDone();
   }
   activity_.Add(request.sequence_id);  // removed in Deliver, before the caller sees the result
   record->sequence_id = request.sequence_id;

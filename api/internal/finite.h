@@ -29,17 +29,24 @@ inline std::ptrdiff_t FirstNonFinite(std::span<const Half> x) {
   return -1;
 }
 
+// A request's q + k + v from this many bytes up is staged with streaming stores (below).
+// Measured per request: 1 KiB 0.19-0.23 -> 0.43 us (the fence waits for the stores to reach
+// memory), 12 KiB 1.13-1.26 -> 0.90 us (the scheduler intake benchmark, 2-core VM), 24 KiB
+// 4.05-4.92 -> 3.21-3.30 us (Submit on the H200 host, bench/NOTES.md 2026-11-29).
+constexpr std::size_t kStreamingCopyMinBytes = 8192;
+
 // Copies src into dst (src.size() halves) and, with `check`, returns the index of src's first
-// Inf/NaN (-1: none; dst then holds an unspecified part of src). One pass: each 16 bytes are
-// loaded once, tested and stored with a non-temporal store where dst is 16-byte aligned (a
-// request's staging, 64-byte aligned, is read next by the GPU or another thread, not by this
-// one: streaming stores skip reading the destination lines into this core's cache). Ends with
-// a store fence, so a later release (the intake queue's enqueue) publishes the copy. H=32 D=128
-// q + k + v (24 KB) on the 2-core VM: 1.5 us scanned then copied with memcpy, 0.8-0.95 us so.
-inline std::ptrdiff_t CopyCheckingFinite(Half* dst, std::span<const Half> src, bool check) {
+// Inf/NaN (-1: none; dst then holds an unspecified part of src).
+// `streaming`: one pass, each 16 bytes loaded once, tested and stored with a non-temporal store
+// where dst is 16-byte aligned (a request's staging, 64-byte aligned, is read next by the GPU or
+// another thread, not by this one: streaming stores skip reading the destination lines into
+// this core's cache); the caller then calls StreamingCopiesDone before publishing dst.
+// Otherwise memcpy, then the scan (faster for small copies, which stay in cache).
+inline std::ptrdiff_t CopyCheckingFinite(Half* dst, std::span<const Half> src, bool check,
+                                         bool streaming) {
   const std::size_t n = src.size();
 #if defined(__SSE2__)
-  if ((reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
+  if (streaming && (reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
     const std::size_t vectors = n / 8;  // 8 halves a vector
     const __m128i* s = reinterpret_cast<const __m128i*>(src.data());
     __m128i* d = reinterpret_cast<__m128i*>(dst);
@@ -52,7 +59,6 @@ inline std::ptrdiff_t CopyCheckingFinite(Half* dst, std::span<const Half> src, b
     }
     const std::size_t done = vectors * 8;
     if (done < n) std::memcpy(dst + done, src.data() + done, (n - done) * sizeof(Half));
-    _mm_sfence();
     if (!check) return -1;
     if (_mm_movemask_epi8(bad) == 0 && FirstNonFinite(src.subspan(done)) < 0) return -1;
     return FirstNonFinite(src);
@@ -60,6 +66,14 @@ inline std::ptrdiff_t CopyCheckingFinite(Half* dst, std::span<const Half> src, b
 #endif
   std::memcpy(dst, src.data(), n * sizeof(Half));
   return check ? FirstNonFinite(src) : -1;
+}
+
+// Orders the streaming stores of CopyCheckingFinite before this thread's later stores (the
+// intake queue's release that publishes the copy).
+inline void StreamingCopiesDone() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace attnrt

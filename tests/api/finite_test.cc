@@ -21,20 +21,25 @@ std::vector<Half> Ramp(std::size_t n) {
   return x;
 }
 
-// Every length from 0 to 40 (whole vectors and tails), destinations aligned and not: the copy
-// holds src exactly, and no value is reported while every value is finite.
+// Every length from 1000 to 1040 (whole vectors and tails), destinations aligned and not,
+// streaming or not: the copy holds src exactly, and no value is reported while every value is
+// finite.
 TEST(CopyCheckingFiniteTest, CopiesEveryLengthAndAlignmentExactly) {
   for (std::size_t n = 0; n <= 40; ++n) {
     const std::vector<Half> src = Ramp(n + 1000);
     for (std::size_t dst_offset : {0, 1, 8}) {  // halves: 0 and 8 are 16-byte aligned below
       alignas(64) Half dst[1100 + 8];
-      std::fill(std::begin(dst), std::end(dst), Half{0xffff});  // NaN everywhere first
       const std::span<const Half> s(src.data(), n + 1000);
-      for (bool check : {true, false}) {
-        EXPECT_EQ(CopyCheckingFinite(dst + dst_offset, s, check), -1) << n << " " << dst_offset;
-        EXPECT_EQ(std::memcmp(dst + dst_offset, src.data(), s.size() * sizeof(Half)), 0)
-            << n << " " << dst_offset;
-        EXPECT_EQ(dst[dst_offset + s.size()].bits, 0xffff) << "wrote past the end";
+      for (bool streaming : {true, false}) {
+        for (bool check : {true, false}) {
+          std::fill(std::begin(dst), std::end(dst), Half{0xffff});
+          EXPECT_EQ(CopyCheckingFinite(dst + dst_offset, s, check, streaming), -1)
+              << n << " " << dst_offset;
+          StreamingCopiesDone();
+          EXPECT_EQ(std::memcmp(dst + dst_offset, src.data(), s.size() * sizeof(Half)), 0)
+              << n << " " << dst_offset << " streaming " << streaming;
+          EXPECT_EQ(dst[dst_offset + s.size()].bits, 0xffff) << "wrote past the end";
+        }
       }
     }
   }
@@ -53,11 +58,15 @@ TEST(CopyCheckingFiniteTest, ReportsTheFirstNonFiniteWhereverItIs) {
       if (at + 3 < kN) src[at + 3] = Half{0x7c00};  // a later one does not hide the first
       alignas(64) static Half dst[kN + 1];
       for (std::size_t dst_offset : {0, 1}) {
-        const std::span<const Half> s(src);
-        EXPECT_EQ(CopyCheckingFinite(dst + dst_offset, s, true), static_cast<std::ptrdiff_t>(at))
-            << "at " << at << " bits " << bad.bits << " offset " << dst_offset;
-        EXPECT_EQ(CopyCheckingFinite(dst + dst_offset, s, false), -1);
-        EXPECT_EQ(FirstNonFinite(s), static_cast<std::ptrdiff_t>(at));
+        for (bool streaming : {true, false}) {
+          const std::span<const Half> s(src);
+          EXPECT_EQ(CopyCheckingFinite(dst + dst_offset, s, true, streaming),
+                    static_cast<std::ptrdiff_t>(at))
+              << "at " << at << " bits " << bad.bits << " offset " << dst_offset;
+          EXPECT_EQ(CopyCheckingFinite(dst + dst_offset, s, false, streaming), -1);
+          StreamingCopiesDone();
+        }
+        EXPECT_EQ(FirstNonFinite(src), static_cast<std::ptrdiff_t>(at));
       }
     }
   }
@@ -68,9 +77,12 @@ TEST(CopyCheckingFiniteTest, ExtremeFiniteValuesPass) {
   const std::vector<Half> src = {Half{0x7bff}, Half{0xfbff}, Half{0x0001}, Half{0x8001},
                                  Half{0x0000}, Half{0x8000}, Half{0x7bff}, Half{0x03ff},
                                  Half{0x7bff}};
-  alignas(16) Half dst[16];
-  EXPECT_EQ(CopyCheckingFinite(dst, src, true), -1);
-  EXPECT_EQ(std::memcmp(dst, src.data(), src.size() * sizeof(Half)), 0);
+  for (bool streaming : {true, false}) {
+    alignas(16) Half dst[16];
+    EXPECT_EQ(CopyCheckingFinite(dst, src, true, streaming), -1);
+    StreamingCopiesDone();
+    EXPECT_EQ(std::memcmp(dst, src.data(), src.size() * sizeof(Half)), 0);
+  }
   EXPECT_EQ(FirstNonFinite(src), -1);
 }
 

@@ -16,6 +16,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "api/internal/finite.h"
 #include "api/internal/log.h"
 #include "tests/support/fake_executor.h"
 #include "tests/support/moodycamel_tsan.h"
@@ -276,6 +277,48 @@ TEST_F(SchedulerTest, NonFiniteValuesPassWhenTheCheckIsOff) {
   data_.back().k[0] = FloatToHalf(std::numeric_limits<float>::infinity());
   auto f = SubmitOk(r);
   EXPECT_TRUE(Get(f).status.ok());
+}
+
+// A request of H=32 Hkv=32 D=128 (24 KB of q/k/v) is copied with streaming stores and checked
+// in the same pass: an Inf/NaN anywhere in any tensor is refused naming it (nothing enqueued,
+// nothing left pending), and good requests still carry their q bit for bit (the fake executor
+// returns q as the output).
+TEST_F(SchedulerTest, LargeRequestsAreCheckedAndCopiedInOnePass) {
+  FakeExecutorOptions eo;
+  eo.shape.num_q_heads = 32;
+  eo.shape.num_kv_heads = 32;
+  eo.shape.head_dim = 128;
+  SchedulerOptions o = WindowOptions(8, microseconds(1000));
+  o.check_finite = true;
+  Make(o, eo);
+  ASSERT_GE((shape().num_q_heads + 2 * shape().num_kv_heads) * shape().head_dim * sizeof(Half),
+            kStreamingCopyMinBytes);
+  const std::size_t q_elems = static_cast<std::size_t>(shape().num_q_heads) * shape().head_dim;
+  const std::size_t kv_elems = static_cast<std::size_t>(shape().num_kv_heads) * shape().head_dim;
+  struct Case {
+    const char* tensor;
+    std::size_t element;
+  };
+  for (const Case& c : {Case{"q", 4093}, Case{"q", q_elems - 1}, Case{"k", 8},
+                        Case{"v", kv_elems - 1}}) {
+    DecodeRequest r = Request(2, 3);
+    RequestData& d = data_.back();
+    std::vector<Half>& t = c.tensor[0] == 'q' ? d.q : c.tensor[0] == 'k' ? d.k : d.v;
+    t[c.element] = Half{0x7c00};
+    auto sub = scheduler_->Submit(r);
+    ASSERT_FALSE(sub.ok()) << c.tensor << " " << c.element;
+    EXPECT_NE(sub.status().message().find(std::string(c.tensor) +
+                                          " holds a non-finite value at element " +
+                                          std::to_string(c.element)),
+              std::string::npos)
+        << sub.status().ToString();
+  }
+  scheduler_->SyncForTesting();
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.submitted, 0u);
+  EXPECT_EQ(m.pending, 0);
+  EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kNonFinite)], 4u);
+  RunRoutingCase();
 }
 
 TEST_F(SchedulerTest, InputsAreCopiedAtSubmitAndOutputsRouted) {
