@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "api/check.h"
-#include "api/internal/finite.h"
 #include "api/internal/thread_name.h"
 
 namespace attnrt::runtime {
@@ -92,23 +91,14 @@ void CudaExecutor::Impl::Pack(Piece& piece, bool* any_host, bool* any_device,
     }
   }
   // The q/k/v copies, spread over the pack pool when there are enough bytes to pay for the
-  // hand-off. A large row is written with streaming stores, as Submit stages its requests: the
-  // GPU then reads the pinned lines from memory instead of snooping them out of this core's
-  // cache (api/internal/finite.h); each thread fences its own before the pool reports done.
-  const bool streaming = q_bytes + 2 * kv_bytes >= kStreamingCopyMinBytes;
+  // hand-off.
   auto copy_row = [&](int j) {
     const PlannedRequest& p = b.plan.live[piece.first + j];
     const BatchRequest& r = b.batch.requests[p.index];
     if (q_ptrs[j] != 0 || kv_lengths[j] == 0) return;
-    auto copy = [&](std::size_t offset, const void* src, std::size_t bytes) {
-      CopyCheckingFinite(reinterpret_cast<Half*>(base + offset),
-                         {static_cast<const Half*>(src), bytes / sizeof(Half)},
-                         /*check=*/false, streaming);
-    };
-    copy(l.q + j * q_bytes, r.q, q_bytes);
-    copy(l.k + j * kv_bytes, r.k, kv_bytes);
-    copy(l.v + j * kv_bytes, r.v, kv_bytes);
-    if (streaming) StreamingCopiesDone();
+    std::memcpy(base + l.q + j * q_bytes, r.q, q_bytes);
+    std::memcpy(base + l.k + j * kv_bytes, r.k, kv_bytes);
+    std::memcpy(base + l.v + j * kv_bytes, r.v, kv_bytes);
   };
   const Clock::time_point t_copy = Clock::now();
   if (*any_host && piece.count * (q_bytes + 2 * kv_bytes) >= kParallelCopyBytes) {
