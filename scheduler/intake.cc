@@ -25,9 +25,63 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
                   InvalidArgumentError("done callback is empty (pass a callable, or use the "
                                        "future form of Submit)"));
   }
-  if (!validated) {  // check_finite's scan is fused into the copy below
-    if (Status s = Validate(request, /*scan_finite=*/false); !s.ok()) return s;
+  // Validate's checks in its order, with check_finite's scan fused into the copy into the
+  // request's record (Decode's submitted route ran Validate whole), then admission.
+  if (!validated) {
+    if (Status s = ValidateFields(request); !s.ok()) return s;
   }
+  RequestRecord* record;
+  if (producer != nullptr) {
+    if (producer->cache.empty()) {
+      producer->cache.resize(kProducerCacheRefill);
+      pool_.AcquireBulk(producer->cache.data(), kProducerCacheRefill);
+    }
+    record = producer->cache.back();
+    producer->cache.pop_back();
+  } else {
+    record = pool_.Acquire();
+  }
+  auto give_back = [&] {  // a record never published: nothing else was touched
+    if (producer != nullptr) {
+      producer->cache.push_back(record);
+    } else {
+      pool_.Release(record);
+    }
+  };
+  record->caller_device = request.memory == TensorMemory::kDevice;
+  if (record->caller_device) {  // read in place by the batch: nothing to copy
+    record->device_q = request.q.data();
+    record->device_k = request.k.data();
+    record->device_v = request.v.data();
+  } else {
+    // Copied into the staging and tested for Inf/NaN with check_finite; large requests in one
+    // streaming pass.
+    const bool check = options_.check_finite && !validated;
+    const bool streaming = (q_elems_ + 2 * kv_elems_) * sizeof(Half) >= kStreamingCopyMinBytes;
+    std::ptrdiff_t bad = -1;
+    const char* bad_tensor = nullptr;
+    for (auto [name, src, dst] : {std::tuple{"q", request.q, record->q},
+                                  std::tuple{"k", request.k, record->k},
+                                  std::tuple{"v", request.v, record->v}}) {
+      bad = CopyCheckingFinite(dst, src, check, streaming);
+      if (bad >= 0) {
+        bad_tensor = name;
+        break;
+      }
+    }
+    if (streaming) StreamingCopiesDone();
+    if (bad >= 0) {
+      give_back();
+      return Reject(RejectReason::kNonFinite, NonFiniteError(bad_tensor, bad));
+    }
+  }
+  if (!validated) {
+    if (Status s = CheckSequence(request); !s.ok()) {
+      give_back();
+      return s;
+    }
+  }
+
   const ClockNanos now = clock_->Now();
   ClockNanos timeout_ns = default_timeout_ns_;
   if (request.timeout) {
@@ -41,11 +95,13 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
   const std::int64_t depth = admitted - refused_.load(std::memory_order_relaxed) -
                              left_.load(std::memory_order_relaxed);
   if (closed_.load(std::memory_order_seq_cst)) {
+    give_back();
     Refuse();
     metrics_.Reject(RejectReason::kClosed);
     return UnavailableError("scheduler is draining or shut down; request not accepted");
   }
   if (depth > options_.max_queue_size) {
+    give_back();
     Refuse();
     metrics_.Reject(RejectReason::kQueueFull);
     return ResourceExhaustedError("queue full: max_queue_size = " +
@@ -53,39 +109,6 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
                                   " requests already queued");
   }
 
-  RequestRecord* record;
-  if (producer != nullptr) {
-    if (producer->cache.empty()) {
-      producer->cache.resize(kProducerCacheRefill);
-      pool_.AcquireBulk(producer->cache.data(), kProducerCacheRefill);
-    }
-    record = producer->cache.back();
-    producer->cache.pop_back();
-  } else {
-    record = pool_.Acquire();
-  }
-  record->caller_device = request.memory == TensorMemory::kDevice;
-  if (record->caller_device) {  // read in place by the batch: nothing to copy
-    record->device_q = request.q.data();
-    record->device_k = request.k.data();
-    record->device_v = request.v.data();
-  } else {
-    // Copied into the staging and, with check_finite, tested for Inf/NaN (Decode's submitted
-    // route was scanned by its Validate); large requests in one streaming pass.
-    const bool check = options_.check_finite && !validated;
-    const bool streaming = (q_elems_ + 2 * kv_elems_) * sizeof(Half) >= kStreamingCopyMinBytes;
-    for (auto [name, src, dst] : {std::tuple{"q", request.q, record->q},
-                                  std::tuple{"k", request.k, record->k},
-                                  std::tuple{"v", request.v, record->v}}) {
-      if (const std::ptrdiff_t i = CopyCheckingFinite(dst, src, check, streaming); i >= 0) {
-        if (streaming) StreamingCopiesDone();
-        pool_.Release(record);  // never published; nothing else was touched
-        Refuse();
-        return Reject(RejectReason::kNonFinite, NonFiniteError(name, i));
-      }
-    }
-    if (streaming) StreamingCopiesDone();
-  }
   activity_.Add(request.sequence_id);  // removed in Deliver, before the caller sees the result
   record->sequence_id = request.sequence_id;
   record->layer = request.layer;
@@ -124,7 +147,7 @@ StatusOr<RequestHandle> Scheduler::Impl::Submit(const DecodeRequest& request,
 
 DecodeResult Scheduler::Impl::Decode(const DecodeRequest& request) {
   DecodeResult result;
-  if (Status s = Validate(request, /*scan_finite=*/true); !s.ok()) {
+  if (Status s = Validate(request); !s.ok()) {
     result.status = std::move(s);
     return result;
   }
@@ -265,7 +288,29 @@ Status Scheduler::Impl::Reject(RejectReason reason, Status status) {
   return status;
 }
 
-Status Scheduler::Impl::Validate(const DecodeRequest& r, bool scan_finite) {
+Status Scheduler::Impl::Validate(const DecodeRequest& r) {
+  if (Status s = ValidateFields(r); !s.ok()) return s;
+  // The runtime never reads device memory on the host: check_finite is for host requests.
+  if (options_.check_finite && r.memory == TensorMemory::kHost) {
+    for (auto [name, span] : {std::pair{"q", r.q}, std::pair{"k", r.k}, std::pair{"v", r.v}}) {
+      if (const std::ptrdiff_t i = FirstNonFinite(span); i >= 0) {
+        return Reject(RejectReason::kNonFinite, NonFiniteError(name, i));
+      }
+    }
+  }
+  return CheckSequence(r);
+}
+
+Status Scheduler::Impl::CheckSequence(const DecodeRequest& r) {
+  if (!executor_->HasSequence(r.sequence_id)) {
+    return Reject(RejectReason::kUnknownSequence,
+                  NotFoundError("sequence_id " + std::to_string(r.sequence_id) +
+                                " is unknown to the executor"));
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Impl::ValidateFields(const DecodeRequest& r) {
   if (r.q.size() != q_elems_) {
     return Reject(RejectReason::kInvalidArgument,
                   InvalidArgumentError("q has " + std::to_string(r.q.size()) +
@@ -330,19 +375,7 @@ Status Scheduler::Impl::Validate(const DecodeRequest& r, bool scan_finite) {
                   InvalidArgumentError("memory " + std::to_string(static_cast<int>(r.memory)) +
                                        " is neither kHost nor kDevice"));
   }
-  // The runtime never reads device memory on the host: check_finite is for host requests.
-  if (scan_finite && options_.check_finite && r.memory == TensorMemory::kHost) {
-    for (auto [name, span] : {std::pair{"q", r.q}, std::pair{"k", r.k}, std::pair{"v", r.v}}) {
-      if (const std::ptrdiff_t i = FirstNonFinite(span); i >= 0) {
-        return Reject(RejectReason::kNonFinite, NonFiniteError(name, i));
-      }
-    }
-  }
-  if (!executor_->HasSequence(r.sequence_id)) {
-    return Reject(RejectReason::kUnknownSequence,
-                  NotFoundError("sequence_id " + std::to_string(r.sequence_id) +
-                                " is unknown to the executor"));
-  }
+
   return Status::Ok();
 }
 

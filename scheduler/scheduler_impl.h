@@ -187,9 +187,15 @@ class Scheduler::Impl final : public ClockListener {
 
   Status Reject(RejectReason reason, Status status);
 
-  // Everything Submit checks before admission; `scan_finite`: also check_finite's scan of host
-  // q/k/v (Submit fuses it into its copy instead, CopyCheckingFinite).
-  Status Validate(const DecodeRequest& r, bool scan_finite);
+  // Everything a request is checked for before admission, in this order (the order of the
+  // answers): ValidateFields, check_finite's scan of host q/k/v, CheckSequence. Submit runs the
+  // same steps with the scan fused into its copy (CopyCheckingFinite); Decode's in-place route
+  // runs Validate.
+  Status Validate(const DecodeRequest& r);
+  // The request's sizes, layer, priority, timeout and memory kind (with out / lse).
+  Status ValidateFields(const DecodeRequest& r);
+  // The executor knows r.sequence_id.
+  Status CheckSequence(const DecodeRequest& r);
 
   // ---- the batching thread -------------------------------------------------------------------
 

@@ -318,7 +318,26 @@ TEST_F(SchedulerTest, LargeRequestsAreCheckedAndCopiedInOnePass) {
   EXPECT_EQ(m.submitted, 0u);
   EXPECT_EQ(m.pending, 0);
   EXPECT_EQ(m.rejected[static_cast<int>(RejectReason::kNonFinite)], 4u);
+  // The answers keep Validate's order: a non-finite value before an unknown sequence, and both
+  // before the scheduler's own state (RunRoutingCase drains it).
+  auto nan_and_unknown = [&] {
+    DecodeRequest r = Request(2, 999);
+    data_.back().v[kv_elems - 1] = Half{0x7e00};
+    return scheduler_->Submit(r);
+  };
+  auto both = nan_and_unknown();
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument) << both.status().ToString();
   RunRoutingCase();
+  both = nan_and_unknown();
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument) << both.status().ToString();
+  auto unknown = scheduler_->Submit(Request(3, 999));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound) << unknown.status().ToString();
+  auto drained = scheduler_->Submit(Request(4, 3));
+  ASSERT_FALSE(drained.ok());
+  EXPECT_EQ(drained.status().code(), StatusCode::kUnavailable) << drained.status().ToString();
 }
 
 TEST_F(SchedulerTest, InputsAreCopiedAtSubmitAndOutputsRouted) {
