@@ -2,22 +2,27 @@
 // share: cuda_executor_impl.h.
 #include "runtime/cuda_executor_impl.h"
 
+#include <cudaTypedefs.h>  // PFN_cuMemGetAddressRange (types only: no driver library linked)
+
 namespace attnrt::runtime {
 
 // ---- set-up ---------------------------------------------------------------------------------
 
 namespace {
 
-Status CheckDevicePointers(const MappedStagingMemory& staging, const BatchRequest& r, int index) {
-  // The common case, a request staged in this executor's mapped memory: one lookup.
+Status CheckDevicePointers(const MappedStagingMemory& staging, KnownDeviceAllocations& known,
+                           const BatchRequest& r, int index) {
+  // The common cases, a request staged in this executor's mapped memory or lying in device
+  // allocations seen before: one lookup each.
   if (staging.ContainsAll({r.q, r.k, r.v, r.out, r.lse})) return Status::Ok();
+  if (known.ContainsAll({r.q, r.k, r.v, r.out, r.lse})) return Status::Ok();
   const struct {
     const char* name;
     const void* ptr;
   } fields[] = {{"q", r.q}, {"k", r.k}, {"v", r.v}, {"out", r.out}, {"lse", r.lse}};
   for (const auto& f : fields) {
     if (f.ptr == nullptr) continue;  // only lse may be null here (validated before)
-    if (staging.Contains(f.ptr)) continue;
+    if (staging.Contains(f.ptr) || known.Contains(f.ptr)) continue;
     cudaPointerAttributes attr{};
     const cudaError_t err = cudaPointerGetAttributes(&attr, f.ptr);
     if (err != cudaSuccess) (void)cudaGetLastError();
@@ -31,11 +36,35 @@ Status CheckDevicePointers(const MappedStagingMemory& staging, const BatchReques
           << ") is neither device memory nor mapped pinned host memory";
       return InvalidArgumentError(msg.str());
     }
+    known.AddAllocationOf(f.ptr);
   }
   return Status::Ok();
 }
 
 }  // namespace
+
+bool KnownDeviceAllocations::AddAllocationOf(const void* p) {
+  // cuMemGetAddressRange through the runtime's entry-point query: no link to the driver library.
+  static const PFN_cuMemGetAddressRange_v3020 get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
+  }();
+  if (get_range == nullptr) return false;
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  if (get_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS || bytes == 0) {
+    return false;
+  }
+  ranges_.Add(reinterpret_cast<const void*>(base), bytes);
+  return true;
+}
 
 // One path per kv-length bucket of the variant, each planned for every batch bucket on `device`.
 Status CudaExecutor::Impl::AddPaths(const std::string& name, const kernels::DecodeDevice& device) {
@@ -226,7 +255,7 @@ Status CudaExecutor::Impl::Init() {
       &cache->sequences(), /*allow_device_memory=*/true,
       options.check_device_pointers
           ? DevicePointerCheck([this](const BatchRequest& r, int index) {
-              return CheckDevicePointers(*staging, r, index);
+              return CheckDevicePointers(*staging, *known_allocations, r, index);
             })
           : DevicePointerCheck());
 
@@ -453,6 +482,10 @@ FaultInjection& CudaExecutor::faults() { return *impl_->faults; }
 
 void CudaExecutor::InjectLaunchFailuresForTesting(int count) {
   impl_->faults->launch.Arm(count);
+}
+
+std::size_t CudaExecutor::KnownDeviceAllocationsForTesting() const {
+  return impl_->known_allocations->size();
 }
 
 std::vector<PieceTimings> CudaExecutor::TakeTimings() {

@@ -53,7 +53,9 @@ struct CudaExecutorOptions {
   // creation fails with ResourceExhausted when even one row of 64 tokens does not fit.
   std::size_t gemm_max_workspace_bytes = std::size_t{1} << 30;
   // Ask the driver that each kDevice request's pointers are device memory (a wrong pointer
-  // would otherwise fault the context).
+  // would otherwise fault the context). Once per allocation: a pointer into an allocation
+  // found before is accepted by a range lookup, so an allocation freed and passed again is not
+  // re-checked.
   bool check_device_pointers = true;
   // Test-only fault points; null: a fresh set (or the one a ScopedFaultInjectionForTesting
   // installed), reachable through faults().
@@ -221,6 +223,9 @@ class CudaExecutor : public Executor {
   FaultInjection& faults();
   // The next `count` pieces fail at launch. Same as faults().launch.Arm(count).
   void InjectLaunchFailuresForTesting(int count);
+  // Device allocations kDevice requests were found in so far (check_device_pointers checks a
+  // pointer in one of them without asking the driver).
+  std::size_t KnownDeviceAllocationsForTesting() const;
   // Benchmarks only: leave stages out of every later piece (outputs are then garbage and the
   // cache's new tokens unwritten), so that stage costs show as differences. kStageH2DInputs
   // copies only the metadata (never stale: kernels always see this piece's lengths). A mask of

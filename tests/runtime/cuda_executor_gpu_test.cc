@@ -544,6 +544,73 @@ TEST_F(CudaExecutorGpuTest, HostPointerInDeviceModeFailsNamingTheField) {
   EXPECT_TRUE(MatchesExpected(reqs[1]));
 }
 
+// kDevice requests lying in one cudaMalloc allocation: the first batch finds the allocation
+// (one driver lookup per pointer), later ones at other offsets in it are checked by the known
+// range and still match the reference; a host pointer passed as kDevice after that still fails
+// naming its field, and leaves the other request of its batch untouched.
+TEST_F(CudaExecutorGpuTest, DeviceRequestsInAKnownAllocationSkipTheDriverHostPointersStillFail) {
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  ASSERT_EQ(ex->KnownDeviceAllocationsForTesting(), 0u);
+  RandomWorkload w(*ex, 515);
+  w.AddSequences(4, 12);
+  const ModelShape& shape = ex->shape();
+  const std::size_t q_bytes = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim * 2;
+  const std::size_t kv_bytes = shape.kv_token_elems() * sizeof(Half);
+  const std::size_t lse_bytes = shape.num_q_heads * sizeof(float);
+  const std::size_t slot = (2 * q_bytes + 2 * kv_bytes + lse_bytes + 255) / 256 * 256;
+  auto arena = DeviceBuffer::Create(8 * slot);
+  ASSERT_TRUE(arena.ok());
+  char* base = arena->as<char>();
+  // Points request `r` at slot `s` of the arena, its inputs copied in, out and lse poisoned.
+  auto place = [&](const OwnedRequest& req, BatchRequest* r, int s) {
+    char* c = base + s * slot;
+    ASSERT_EQ(cudaMemcpy(c, req.q.data(), q_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(c + q_bytes, req.k.data(), kv_bytes, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(c + q_bytes + kv_bytes, req.v.data(), kv_bytes, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes), cudaSuccess);
+    r->memory = MemoryKind::kDevice;
+    r->q = reinterpret_cast<const Half*>(c);
+    r->k = reinterpret_cast<const Half*>(c + q_bytes);
+    r->v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
+    r->out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
+    r->lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
+  };
+  auto fetch = [&](OwnedRequest& req, int s) {
+    const char* c = base + s * slot;
+    ASSERT_EQ(cudaMemcpy(req.out.data(), c + q_bytes + 2 * kv_bytes, q_bytes,
+                         cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(req.lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes,
+                         cudaMemcpyDeviceToHost), cudaSuccess);
+  };
+  for (int step = 0; step < 3; ++step) {
+    std::vector<OwnedRequest> reqs = w.MakeBatch(2);
+    Batch batch = RandomWorkload::ToBatch(reqs);
+    for (int i = 0; i < 2; ++i) place(reqs[i], &batch.requests[i], 2 * step + i);
+    if (step == 2) {  // request 0: a host pointer as kDevice
+      batch.requests[0].q = reqs[0].q.data();
+    }
+    const int len0 = *ex->SequenceLength(reqs[0].id, reqs[0].layer);
+    testing::SyncResult r = SubmitAndWait(*ex, std::move(batch));
+    ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+    for (int i = 0; i < 2; ++i) {
+      if (step == 2 && i == 0) {
+        EXPECT_EQ(r.statuses[0].code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(r.statuses[0].message().find("q ("), std::string::npos)
+            << r.statuses[0].ToString();
+        EXPECT_EQ(*ex->SequenceLength(reqs[0].id, reqs[0].layer), len0);
+        continue;
+      }
+      ASSERT_TRUE(r.statuses[i].ok()) << "step " << step << ": " << r.statuses[i].ToString();
+      fetch(reqs[i], 2 * step + i);
+      EXPECT_TRUE(MatchesExpected(reqs[i])) << "step " << step << " request " << i;
+    }
+    EXPECT_EQ(ex->KnownDeviceAllocationsForTesting(), 1u) << "step " << step;
+  }
+}
+
 // An injected launch failure (a real CUDA error) fails that batch's requests with the Status;
 // the executor then runs later batches correctly, in both modes.
 TEST_F(CudaExecutorGpuTest, InjectedLaunchFailureFailsTheBatchAndRecovers) {
