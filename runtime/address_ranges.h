@@ -22,6 +22,10 @@ class AddressRanges {
     MutexLock lock(&mu_);
     ranges_.erase(Address(base));
   }
+  void Clear() {
+    MutexLock lock(&mu_);
+    ranges_.clear();
+  }
   bool Contains(const void* p) const {
     MutexLock lock(&mu_);
     return Find(Address(p)) != ranges_.end();

@@ -62,6 +62,9 @@ bool KnownDeviceAllocations::AddAllocationOf(const void* p) {
   if (get_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS || bytes == 0) {
     return false;
   }
+  // Bounded: a caller allocating a buffer per request would otherwise grow the map without end
+  // (its pointers are then checked by the driver again after each reset).
+  if (ranges_.size() >= kMaxAllocations) ranges_.Clear();
   ranges_.Add(reinterpret_cast<const void*>(base), bytes);
   return true;
 }

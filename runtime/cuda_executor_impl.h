@@ -271,6 +271,7 @@ class KnownDeviceAllocations {
   bool AddAllocationOf(const void* p);
 
  private:
+  static constexpr std::size_t kMaxAllocations = 4096;
   AddressRanges ranges_;
 };
 

@@ -24,6 +24,9 @@ TEST(AddressRangesTest, ContainsExactlyTheHalfOpenRanges) {
   EXPECT_FALSE(r.Contains(buf + 10));
   EXPECT_TRUE(r.Contains(buf + 100));
   EXPECT_EQ(r.size(), 1u);
+  r.Clear();
+  EXPECT_FALSE(r.Contains(buf + 100));
+  EXPECT_EQ(r.size(), 0u);
 }
 
 // ContainsAll: every non-null pointer in some range, whether they share one or not.
