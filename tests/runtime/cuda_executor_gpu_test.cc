@@ -289,12 +289,14 @@ struct StagedChunk {
         kv_bytes(shape.kv_token_elems() * sizeof(Half)),
         lse_bytes(shape.num_q_heads * sizeof(float)) {}
   std::size_t bytes() const { return 2 * q_bytes + 2 * kv_bytes + lse_bytes; }
-  // Copies `req`'s q/k/v into chunk `c` and points `r` (kDevice) at it.
-  void Stage(char* c, const OwnedRequest& req, BatchRequest* r) const {
-    std::memcpy(c, req.q.data(), q_bytes);
-    std::memcpy(c + q_bytes, req.k.data(), kv_bytes);
-    std::memcpy(c + q_bytes + kv_bytes, req.v.data(), kv_bytes);
-    std::memset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes);  // poisoned out, lse
+  // Copies `req`'s q/k/v into chunk `c` (host memory, or device memory with `on_device`), poisons
+  // its out and lse, and points `r` (kDevice) at it.
+  void Stage(char* c, const OwnedRequest& req, BatchRequest* r, bool on_device = false) const {
+    Copy(c, req.q.data(), q_bytes, on_device);
+    Copy(c + q_bytes, req.k.data(), kv_bytes, on_device);
+    Copy(c + q_bytes + kv_bytes, req.v.data(), kv_bytes, on_device);
+    const std::vector<unsigned char> poison(q_bytes + lse_bytes, 0xff);  // out, lse: NaN
+    Copy(c + q_bytes + 2 * kv_bytes, poison.data(), poison.size(), on_device);
     r->memory = MemoryKind::kDevice;
     r->q = reinterpret_cast<const Half*>(c);
     r->k = reinterpret_cast<const Half*>(c + q_bytes);
@@ -303,10 +305,19 @@ struct StagedChunk {
     r->lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
   }
   // The staged out/lse of chunk `c` into `req` (whose own out must be untouched: NaN).
-  void ReadBack(const char* c, OwnedRequest* req) const {
+  void ReadBack(const char* c, OwnedRequest* req, bool on_device = false) const {
     EXPECT_TRUE(testing::IsNaN(req->out[0])) << "a staged request wrote the host out";
-    std::memcpy(req->out.data(), c + q_bytes + 2 * kv_bytes, q_bytes);
-    std::memcpy(req->lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes);
+    Copy(req->out.data(), c + q_bytes + 2 * kv_bytes, q_bytes, on_device);
+    Copy(req->lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes, on_device);
+  }
+
+ private:
+  static void Copy(void* dst, const void* src, std::size_t bytes, bool on_device) {
+    if (on_device) {
+      ASSERT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), cudaSuccess);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
   }
 };
 
@@ -554,44 +565,18 @@ TEST_F(CudaExecutorGpuTest, DeviceRequestsInAKnownAllocationSkipTheDriverHostPoi
   ASSERT_EQ(ex->KnownDeviceAllocationsForTesting(), 0u);
   RandomWorkload w(*ex, 515);
   w.AddSequences(4, 12);
-  const ModelShape& shape = ex->shape();
-  const std::size_t q_bytes = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim * 2;
-  const std::size_t kv_bytes = shape.kv_token_elems() * sizeof(Half);
-  const std::size_t lse_bytes = shape.num_q_heads * sizeof(float);
-  const std::size_t slot = (2 * q_bytes + 2 * kv_bytes + lse_bytes + 255) / 256 * 256;
-  auto arena = DeviceBuffer::Create(8 * slot);
+  const StagedChunk chunk(ex->shape());
+  const std::size_t slot = (chunk.bytes() + 255) / 256 * 256;
+  auto arena = DeviceBuffer::Create(6 * slot);
   ASSERT_TRUE(arena.ok());
   char* base = arena->as<char>();
-  // Points request `r` at slot `s` of the arena, its inputs copied in, out and lse poisoned.
-  auto place = [&](const OwnedRequest& req, BatchRequest* r, int s) {
-    char* c = base + s * slot;
-    ASSERT_EQ(cudaMemcpy(c, req.q.data(), q_bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(c + q_bytes, req.k.data(), kv_bytes, cudaMemcpyHostToDevice),
-              cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(c + q_bytes + kv_bytes, req.v.data(), kv_bytes, cudaMemcpyHostToDevice),
-              cudaSuccess);
-    ASSERT_EQ(cudaMemset(c + q_bytes + 2 * kv_bytes, 0xff, q_bytes + lse_bytes), cudaSuccess);
-    r->memory = MemoryKind::kDevice;
-    r->q = reinterpret_cast<const Half*>(c);
-    r->k = reinterpret_cast<const Half*>(c + q_bytes);
-    r->v = reinterpret_cast<const Half*>(c + q_bytes + kv_bytes);
-    r->out = reinterpret_cast<Half*>(c + q_bytes + 2 * kv_bytes);
-    r->lse = reinterpret_cast<float*>(c + 2 * q_bytes + 2 * kv_bytes);
-  };
-  auto fetch = [&](OwnedRequest& req, int s) {
-    const char* c = base + s * slot;
-    ASSERT_EQ(cudaMemcpy(req.out.data(), c + q_bytes + 2 * kv_bytes, q_bytes,
-                         cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(req.lse.data(), c + 2 * q_bytes + 2 * kv_bytes, lse_bytes,
-                         cudaMemcpyDeviceToHost), cudaSuccess);
-  };
   for (int step = 0; step < 3; ++step) {
     std::vector<OwnedRequest> reqs = w.MakeBatch(2);
     Batch batch = RandomWorkload::ToBatch(reqs);
-    for (int i = 0; i < 2; ++i) place(reqs[i], &batch.requests[i], 2 * step + i);
-    if (step == 2) {  // request 0: a host pointer as kDevice
-      batch.requests[0].q = reqs[0].q.data();
+    for (int i = 0; i < 2; ++i) {
+      chunk.Stage(base + (2 * step + i) * slot, reqs[i], &batch.requests[i], /*on_device=*/true);
     }
+    if (step == 2) batch.requests[0].q = reqs[0].q.data();  // a host pointer as kDevice
     const int len0 = *ex->SequenceLength(reqs[0].id, reqs[0].layer);
     testing::SyncResult r = SubmitAndWait(*ex, std::move(batch));
     ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
@@ -604,7 +589,7 @@ TEST_F(CudaExecutorGpuTest, DeviceRequestsInAKnownAllocationSkipTheDriverHostPoi
         continue;
       }
       ASSERT_TRUE(r.statuses[i].ok()) << "step " << step << ": " << r.statuses[i].ToString();
-      fetch(reqs[i], 2 * step + i);
+      chunk.ReadBack(base + (2 * step + i) * slot, &reqs[i], /*on_device=*/true);
       EXPECT_TRUE(MatchesExpected(reqs[i])) << "step " << step << " request " << i;
     }
     EXPECT_EQ(ex->KnownDeviceAllocationsForTesting(), 1u) << "step " << step;
