@@ -8,7 +8,9 @@
 #
 #   scripts/kernel-ab.sh OLD_KERNELS OUT_DIR [--filter REGEX] [--rounds N] [--blocks ORDER]
 #                        [--targets "T ..."] [--help]
-#     --filter   kernels_decode_bench --benchmark_filter (default: every default-dispatch row)
+#     --filter   kernels_decode_bench --benchmark_filter (default: every default-dispatch row;
+#                each row costs ~5-9 s a run on an H200, so 11 rows x 2 rounds x 2 sides is ~6
+#                min: name the rows a change can move)
 #     --rounds   alternations (default 2)
 #     --blocks   allocator | in-order | shuffled (default allocator: the KV cache's layout)
 #     --targets  more targets to build in this tree (e.g. decode_gpu_test), for tests in the
