@@ -35,7 +35,10 @@ enum class TensorMemory {
   // With q and out 16-byte aligned (cudaMalloc'd buffers are) a batch of such requests alone
   // runs the fastest graph: on the split-KV paths (the default) the decode kernel reads q and
   // writes out/lse where they are; otherwise they are gathered and scattered around the step
-  // (correct, slower).
+  // (correct, slower). A pointer that is not device memory fails its request with
+  // InvalidArgument naming the field; the check asks the driver once per allocation (later
+  // pointers into an allocation seen before are accepted by its range, also after the caller
+  // frees it: pass only live buffers).
   kDevice,
 };
 
