@@ -87,6 +87,53 @@ void BM_PlanFillSettle128(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanFillSettle128)->Iterations(2000)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
 
+// Every request of every batch crosses into a new block: sequences at a multiple of the block
+// size, each batch 128 of them not yet grown this round (a run's start after every sequence
+// was prefilled to the same length; the sequences then cross boundaries together).
+void BM_PlanAtBlockBoundary128(benchmark::State& state) {
+  PlanFixture f;
+  const std::size_t stride = static_cast<std::size_t>(f.shape.max_blocks_per_sequence());
+  std::vector<std::int32_t> rows(stride * kBatch);
+  int next = kSequences;  // a new round of boundary crossings when it reaches kSequences
+  for (auto _ : state) {
+    state.PauseTiming();
+    if (next + kBatch > kSequences) {
+      // Grow every sequence to the next boundary (15 more tokens), then cross it in batches.
+      std::vector<kvcache::BlockCopy> copies;
+      for (SequenceId id = 0; id < kSequences; ++id) {
+        const bool ok = f.planner.WithTable([&](kvcache::SequenceTable& t) {
+          const int length = *t.Length(id, 0);
+          const int to_boundary = (16 - length % 16) % 16;
+          return to_boundary == 0 ||
+                 t.Append(id, kvcache::SequenceTable::kAllLayers, to_boundary, &copies).ok();
+        });
+        if (!ok) std::abort();
+      }
+      std::shuffle(f.ids.begin(), f.ids.end(), f.rng);
+      next = 0;
+    }
+    Batch b;
+    b.requests.resize(kBatch);
+    for (int i = 0; i < kBatch; ++i) {
+      BatchRequest& r = b.requests[i];
+      r.sequence_id = f.ids[next + i];
+      r.memory = MemoryKind::kDevice;
+      r.q = r.k = r.v = r.out = f.dummy.data();
+    }
+    next += kBatch;
+    state.ResumeTiming();
+    BatchPlan plan;
+    f.planner.Plan(b, &plan);
+    f.planner.FillBlockRows(b, plan.live, stride, rows.data(), &plan.statuses);
+    f.planner.Settle(b, &plan);
+    if (plan.live.size() != kBatch) state.SkipWithError("a request was refused");
+    benchmark::DoNotOptimize(rows.data());
+  }
+  state.counters["time_per_request"] = benchmark::Counter(
+      kBatch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PlanAtBlockBoundary128)->Iterations(400)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace attnrt::runtime
 

@@ -157,6 +157,10 @@ attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
   c.max_queue_size = o.max_queue_size;
   c.producers = o.producers;
   c.check_outputs = true;  // the prefill below holds values in [-1, 1]
+  // A scheduler created for the run starts cold: its first milliseconds stay out of the
+  // percentiles (as api_host_path_bench's saturation rows; OpenLoopConfig::warmup).
+  c.warmup = std::min(std::chrono::microseconds(20'000),
+                      std::chrono::microseconds(static_cast<std::int64_t>(c.duration_s * 1e5)));
   return attnrt::tools::RunOpenLoop(c, executor);
 }
 

@@ -27,6 +27,7 @@
 
 #include "runtime/executor.h"
 #include "scheduler/scheduler.h"
+#include "tools/late_clusters.h"
 #include "tools/percentile.h"
 
 namespace attnrt::tools {
@@ -44,6 +45,7 @@ struct OpenLoopConfig {
   // caps the offered rate near its Submit cost (a 12 KB copy each at H=32 Hkv=8 D=128).
   int producers = 1;
   int completion_threads = 2;  // SchedulerOptions::completion_threads
+  std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};  // SchedulerOptions
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // SchedulerOptions
   // Requests in device-visible memory: q/k/v and the output rows lie in the executor's
   // staging_memory() and go as TensorMemory::kDevice (nothing copied at Submit or delivery, as
@@ -58,6 +60,16 @@ struct OpenLoopConfig {
   // scheduler shuts down (completing what it still holds with Unavailable) and what never
   // completed counts as lost.
   double stall_timeout_s = 30;
+  // OpenLoopResult::late: the requests over this latency (0: the run's p99), clustered by
+  // arrival with gaps of at most late_gap between neighbours.
+  std::chrono::microseconds late_threshold{0};
+  std::chrono::microseconds late_gap{100};
+  // Requests scheduled to arrive in the run's first `warmup` are submitted, completed and
+  // checked like the others but left out of the latency percentiles (p50_us .. max_us; the
+  // whole run's p99 is p99_with_warmup_us): a scheduler created for the run starts cold (its
+  // first pieces' plan, pack and launch took ~10x their median on the H200 host, 2026-11-29),
+  // which a long-running server pays once. 0: every request counts.
+  std::chrono::microseconds warmup{0};
 };
 
 // What is expected and what is a failure. The harness sets no deadline and cancels nothing, so
@@ -88,10 +100,22 @@ struct OpenLoopResult {
   // producers instead.
   double submitted_per_s = 0;
   double batch_mean = 0;
-  double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
+  double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0;  // arrivals after the warm-up
+  std::int64_t warmup_requests = 0;  // arrivals in the warm-up (not in the percentiles above)
+  double p99_with_warmup_us = 0, warmup_max_us = 0;
+  // Every result's latency (ns, ascending): after the warm-up, and of the whole run (several
+  // runs' samples pooled give the percentiles of a longer run).
+  std::vector<std::int64_t> latencies_ns, latencies_with_warmup_ns;
   // Where the time goes (scheduler metrics, medians): submit -> dispatch, and executor Submit ->
   // done per batch (includes waiting behind the batch in flight before it).
   double queue_delay_p50_us = 0, queue_delay_p99_us = 0, executor_p50_us = 0;
+  // executor Submit -> done per batch at the 99th percentile, and the scheduler's own latency
+  // (Submit -> result delivered, per request; the histogram's estimate) at the 99th.
+  double executor_p99_us = 0, scheduler_latency_p99_us = 0;
+  // The load generator's own lateness: Submit called this long after the scheduled arrival.
+  double submit_late_p99_us = 0;
+  LateClusters late;  // where the tail lies in the run (OpenLoopConfig::late_threshold)
+  std::string start;  // the first 8 ms in bins of 1 ms (DescribeStart)
 };
 
 // Builds (or hands out a cached, idle) executor for one configuration: it must accept batches of
@@ -192,6 +216,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   options.max_queue_delay = config.window;
   options.max_queue_size = config.max_queue_size;
   options.completion_threads = config.completion_threads;
+  options.batcher_spin = config.batcher_spin;
   options.mapped_staging_bytes = config.mapped_staging_bytes;
   if (config.producers < 1 || config.producers > 64) {
     return InvalidArgumentError("producers = " + std::to_string(config.producers) +
@@ -216,6 +241,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   }
   const std::size_t n = arrival_ns.size();
   std::vector<std::int64_t> latency_ns(n, -1);
+  std::vector<std::int64_t> submit_late_ns(n, 0);  // written by request i's producer
   // Results land in a ring of output rows (request i in row i % rows), poisoned with NaN before
   // the run. Checking each row once after the run (the last result written there) catches an
   // executor that answers OK without writing, or writes garbage, off the completion path.
@@ -266,11 +292,24 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
 #endif
   std::vector<std::unique_ptr<scheduler::Scheduler::Producer>> producers;
   for (int p = 0; p < config.producers; ++p) producers.push_back(sched->CreateProducer());
-  const Clock::time_point start = Clock::now();
+  // The schedule starts once every producer thread runs (and kStartLead later, so that the first
+  // arrivals find them asleep until due): a thread started after the schedule's first arrivals
+  // would submit its backlog at once, and the run would measure thread creation (at 70% load the
+  // backlog of a producer started 0.8 ms late took the runtime ~5 ms to drain: most of the p99's
+  // requests at max batch 32, H200, 2026-11-29).
+  constexpr auto kStartLead = std::chrono::microseconds(500);
+  Clock::time_point start;
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
   auto produce = [&](int p) {
     for (std::size_t i = p; i < n; i += config.producers) {
       const Clock::time_point due = start + std::chrono::nanoseconds(arrival_ns[i]);
-      if (Clock::now() < due) std::this_thread::sleep_until(due);
+      Clock::time_point now = Clock::now();
+      if (now < due) {
+        std::this_thread::sleep_until(due);
+        now = Clock::now();
+      }
+      submit_late_ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - due).count();
       scheduler::DecodeRequest r;
       r.sequence_id = static_cast<runtime::SequenceId>(i % config.num_sequences);
       const std::size_t row = i % rows;
@@ -307,9 +346,14 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
 #if defined(__linux__)
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
+        ready.fetch_add(1, std::memory_order_acq_rel);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
         produce(p);
       });
     }
+    while (ready.load(std::memory_order_acquire) < config.producers - 1) std::this_thread::yield();
+    start = Clock::now() + kStartLead;
+    go.store(true, std::memory_order_release);
     produce(0);
     for (std::thread& t : threads) t.join();
   }
@@ -372,12 +416,25 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   }
   result.first_error = first_error.Get();
 
-  std::vector<std::int64_t> sorted;
+  const std::int64_t warmup_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(config.warmup).count();
+  std::vector<std::int64_t> sorted, all;
   sorted.reserve(n);
-  for (std::int64_t l : latency_ns) {
-    if (l >= 0) sorted.push_back(l);
+  all.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t l = latency_ns[i];
+    if (l < 0) continue;
+    all.push_back(l);
+    if (arrival_ns[i] >= warmup_ns) {
+      sorted.push_back(l);
+    } else {
+      ++result.warmup_requests;
+      result.warmup_max_us = std::max(result.warmup_max_us, l * 1e-3);
+    }
   }
   std::sort(sorted.begin(), sorted.end());
+  std::sort(all.begin(), all.end());
+  result.p99_with_warmup_us = PercentileOfSorted(all, 0.99) * 1e-3;
   result.elapsed_s = std::chrono::duration<double>(end - start).count();
   result.throughput_per_s = result.completed / result.elapsed_s;
   result.batch_mean = m.batch_size.Mean();
@@ -388,6 +445,19 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.queue_delay_p50_us = m.queue_delay_ns.Percentile(0.5) * 1e-3;
   result.queue_delay_p99_us = m.queue_delay_ns.Percentile(0.99) * 1e-3;
   result.executor_p50_us = m.executor_time_ns.Percentile(0.5) * 1e-3;
+  result.executor_p99_us = m.executor_time_ns.Percentile(0.99) * 1e-3;
+  result.scheduler_latency_p99_us = m.latency_ns.Percentile(0.99) * 1e-3;
+  result.submit_late_p99_us = Percentile(submit_late_ns, 0.99) * 1e-3;
+  const std::int64_t threshold_ns =
+      config.late_threshold.count() > 0
+          ? std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_threshold).count()
+          : static_cast<std::int64_t>(PercentileOfSorted(all, 0.99));
+  result.start = DescribeStart(arrival_ns, latency_ns, 1'000'000, 8);
+  result.late = FindLateClusters(
+      arrival_ns, latency_ns, submit_late_ns, threshold_ns,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_gap).count());
+  result.latencies_ns = std::move(sorted);
+  result.latencies_with_warmup_ns = std::move(all);
   return result;
 }
 

@@ -70,6 +70,24 @@ TEST(OpenLoopTest, DeviceMemoryRequestsRunInPlace) {
   EXPECT_EQ(requests, r->completed);
 }
 
+// The warm-up's arrivals complete like the others but stay out of the percentiles; the whole
+// run's p99 is reported beside them, and the late clusters cover every request.
+TEST(OpenLoopTest, WarmupArrivalsAreCountedApart) {
+  FakeExecutor executor(Staging(false));
+  OpenLoopConfig c = SmallLoad();
+  c.warmup = std::chrono::milliseconds(10);  // ~200 of the ~1000 arrivals at 20 k/s
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failures(), 0) << r->first_error;
+  EXPECT_EQ(r->completed + r->rejected, r->offered);
+  EXPECT_GT(r->warmup_requests, 100);
+  EXPECT_LT(r->warmup_requests, 300);
+  EXPECT_GT(r->p99_us, 0.0);
+  EXPECT_GT(r->p99_with_warmup_us, 0.0);
+  EXPECT_GT(r->warmup_max_us, 0.0);
+  EXPECT_LE(r->late.late, r->offered / 100 + 1) << "late: over the whole run's p99";
+}
+
 TEST(OpenLoopTest, HostRequestsAreStagedByTheScheduler) {
   FakeExecutor executor(Staging(false));
   const StatusOr<OpenLoopResult> r = RunOpenLoop(SmallLoad(), &executor);
