@@ -44,7 +44,6 @@ class RuntimeImpl final : public Runtime {
     scheduler::SchedulerOptions so;
     so.max_batch_size = o.max_batch_size;
     so.min_batch_size = o.min_batch_size;
-    so.dispatch_when_idle = o.dispatch_when_idle;
     so.max_queue_delay = o.max_queue_delay;
     so.max_queue_size = o.max_queue_size;
     so.default_timeout = o.default_timeout;

@@ -90,10 +90,8 @@ struct Options {
   // The saturation schedulers' SchedulerOptions::mapped_staging_bytes and completion_threads.
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
   int completion_threads = defaults::kCompletionThreads;
-  // The saturation schedulers' SchedulerOptions::batcher_spin (-1: auto) and
-  // dispatch_when_idle.
+  // The saturation schedulers' SchedulerOptions::batcher_spin (-1: auto).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
-  bool dispatch_when_idle = defaults::kDispatchWhenIdle;
   // Their open loops' submitting threads (--producers); 0: ProducersFor(max batch).
   int producers = 0;
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
@@ -537,7 +535,6 @@ struct Variation {
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // their schedulers'
   int completion_threads = defaults::kCompletionThreads;                // likewise
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};   // likewise
-  bool dispatch_when_idle = defaults::kDispatchWhenIdle;                // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   // Their executors' CudaExecutorOptions::busy_gather_max_rows (-1: its default; 0: staged
@@ -551,7 +548,6 @@ struct Variation {
       name += " (busy pieces of <= " + std::to_string(busy_gather_max_rows) + " rows gathered)";
     }
     if (!sleep_through_steps) name += " (steps spin-waited)";
-    if (dispatch_when_idle) name += " (dispatch when idle)";
     if (stage_in_mapped_memory != RuntimeOptions{}.stage_in_mapped_memory) {
       name += stage_in_mapped_memory ? " (staged in mapped memory)"
                                      : " (packed into the step's staging)";
@@ -568,7 +564,6 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.mapped_staging_bytes = o.mapped_staging_bytes;
   v.completion_threads = o.completion_threads;
   v.batcher_spin = o.batcher_spin;
-  v.dispatch_when_idle = o.dispatch_when_idle;
   v.producers = o.producers;
   v.device_memory_requests = o.device_memory_requests;
   return v;
@@ -1295,7 +1290,6 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
     c.completion_threads = variation.completion_threads;
     c.batcher_spin = variation.batcher_spin;
-    c.dispatch_when_idle = variation.dispatch_when_idle;
     c.device_memory_requests = variation.device_memory_requests;
     c.warmup = kSaturationWarmup;
     c.seed = seed;
@@ -1675,8 +1669,7 @@ int Run(const Options& o) {
                " \"p99_70_b32_us\": %.1f, \"bound_b32_us\": %.1f, \"p99_70_b128_us\": %.1f, "
                "\"bound_b128_us\": %.1f,\n"
                " \"p99_70_warmup_ms\": %lld, \"p99_70_with_warmup_b32_us\": %.1f, "
-               "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld, "
-               "\"saturation_dispatch_when_idle\": %s,\n"
+               "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld,\n"
                " \"p99_70_runs_b32_us\": [%s], \"p99_70_runs_b128_us\": [%s],\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
@@ -1698,7 +1691,6 @@ int Run(const Options& o) {
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us,
                static_cast<long long>(kSaturationWarmup.count()), s32.p99_70_with_warmup_us,
                s128.p99_70_with_warmup_us, static_cast<long long>(o.batcher_spin.count()),
-               o.dispatch_when_idle ? "true" : "false",
                JoinNumbers(s32.p99_70_runs_us, "%.1f", ", ").c_str(),
                JoinNumbers(s128.p99_70_runs_us, "%.1f", ", ").c_str(),
                s32.capacity,
@@ -1772,8 +1764,6 @@ int main(int argc, char** argv) {
           "                   working set's only)\n"
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
           "  --batcher-spin-us N  the saturation schedulers' batcher_spin (default -1: auto)\n"
-          "  --dispatch-when-idle  the saturation schedulers dispatch what is pending while\n"
-          "                   nothing is in flight (SchedulerOptions::dispatch_when_idle)\n"
           "  --producers N    the saturation open loops' submitting threads (default: 4 at max\n"
           "                   batch 32, 8 at 128)\n"
           "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
@@ -1818,8 +1808,6 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "api_host_path_bench: --completion-threads must be 1..64\n");
         return 2;
       }
-    } else if (a == "--dispatch-when-idle") {
-      o.dispatch_when_idle = true;
     } else if (a == "--batcher-spin-us") {
       const long long us = std::atoll(value("--batcher-spin-us").c_str());
       if (us < -1 || us > 1'000'000) {

@@ -108,18 +108,14 @@ void Scheduler::Impl::Run() {
 std::int64_t Scheduler::Impl::DispatchReady(ClockNanos now, bool flush) {
   std::int64_t left = 0;
   const int min_preferred = window_.preferred_sizes().front();
-  int in_flight;
-  while (!pending_.empty() &&
-         (in_flight = in_flight_.load(std::memory_order_acquire)) < max_in_flight_) {
+  while (!pending_.empty() && in_flight_.load(std::memory_order_acquire) < max_in_flight_) {
     const ClockNanos oldest_wait = now - pending_.OldestSubmitNs();
-    // An idle executor takes what is pending at once (dispatch_when_idle), as a flush would.
-    const bool go = flush || (options_.dispatch_when_idle && in_flight == 0);
-    const bool window_expired = go || oldest_wait >= window_.max_queue_delay_ns();
+    const bool window_expired = flush || oldest_wait >= window_.max_queue_delay_ns();
     if (!window_expired && static_cast<int>(pending_.size()) < min_preferred) break;
     selected_.clear();
     pending_.Select(window_.max_batch_size(), &selected_);
     const int size =
-        window_.DispatchSize(static_cast<int>(selected_.size()), oldest_wait, go);
+        window_.DispatchSize(static_cast<int>(selected_.size()), oldest_wait, flush);
     if (size == 0) break;
     selected_.resize(size);
     left += size;
@@ -291,10 +287,7 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
   if (closing) {
     wake_depth_.store(0, std::memory_order_relaxed);
   } else if (can_dispatch) {
-    // While idle with dispatch_when_idle, any request is a batch: the first one wakes us.
-    const bool idle =
-        options_.dispatch_when_idle && in_flight_.load(std::memory_order_acquire) == 0;
-    wake_depth_.store(idle ? 1 : window_.preferred_sizes().front(), std::memory_order_relaxed);
+    wake_depth_.store(window_.preferred_sizes().front(), std::memory_order_relaxed);
   } else {
     wake_depth_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
   }

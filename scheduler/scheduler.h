@@ -35,9 +35,6 @@
 //      to max_batch_size) dispatches; min_batch_size is honoured only within the delay, never
 //      past it. max_queue_delay = 0 therefore means "dispatch whatever is there";
 //   3. else the batcher waits (for more requests, the delay, or a deadline).
-//   With dispatch_when_idle, while no batch of the scheduler's is at the executor, what is
-//   pending dispatches at once (up to max_batch_size): the delay then holds requests back only
-//   while the device is busy, where waiting makes a fuller batch at no cost to the device.
 //   When max_in_flight() batches are in flight nothing dispatches; requests keep joining the next
 //   batch.
 //   Requests are taken by strict priority (0 first), FIFO inside a level. A batch never holds two
@@ -100,8 +97,6 @@ struct SchedulerOptions {
   int min_batch_size = defaults::kMinBatchSize;
   // How long the oldest request may wait for a fuller batch; 0 = dispatch what is there. >= 0.
   std::chrono::microseconds max_queue_delay{defaults::kMaxQueueDelayUs};
-  // Dispatch at once whatever is pending while no batch is in flight (see "Batching window").
-  bool dispatch_when_idle = defaults::kDispatchWhenIdle;
   // Requests admitted but not yet dispatched; >= 1.
   int max_queue_size = defaults::kMaxQueueSize;
   // Per-request deadline from Submit; 0 = none. >= 0.

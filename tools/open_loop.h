@@ -46,7 +46,6 @@ struct OpenLoopConfig {
   int producers = 1;
   int completion_threads = 2;  // SchedulerOptions::completion_threads
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};  // SchedulerOptions
-  bool dispatch_when_idle = defaults::kDispatchWhenIdle;                // SchedulerOptions
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // SchedulerOptions
   // Requests in device-visible memory: q/k/v and the output rows lie in the executor's
   // staging_memory() and go as TensorMemory::kDevice (nothing copied at Submit or delivery, as
@@ -218,7 +217,6 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   options.max_queue_size = config.max_queue_size;
   options.completion_threads = config.completion_threads;
   options.batcher_spin = config.batcher_spin;
-  options.dispatch_when_idle = config.dispatch_when_idle;
   options.mapped_staging_bytes = config.mapped_staging_bytes;
   if (config.producers < 1 || config.producers > 64) {
     return InvalidArgumentError("producers = " + std::to_string(config.producers) +

@@ -105,7 +105,6 @@ namespace defaults {
 inline constexpr int kMaxBatchSize = 64;
 inline constexpr int kMaxQueueDelayUs = 100;
 inline constexpr int kMinBatchSize = 0;
-inline constexpr bool kDispatchWhenIdle = false;
 // 8192: ~10 ms of queueing at the H100's B=32..128 capacity for H32 Hkv8 D128 (650-900 k
 // requests/s); past it an overloaded runtime sheds at once (ResourceExhausted) instead of
 // holding requests for longer than a decode step's latency budget.

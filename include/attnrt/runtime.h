@@ -44,9 +44,6 @@ struct RuntimeOptions {
   // Longest wait of the oldest request; 0 = none.
   std::chrono::microseconds max_queue_delay{defaults::kMaxQueueDelayUs};
   int min_batch_size = defaults::kMinBatchSize;  // smallest early dispatch within the delay
-  // While nothing is in flight, dispatch what is pending at once (the delay holds requests back
-  // only while the device is busy).
-  bool dispatch_when_idle = defaults::kDispatchWhenIdle;
   int max_queue_size = defaults::kMaxQueueSize;  // queued requests; more are rejected at once
   std::chrono::microseconds default_timeout{defaults::kTimeoutUs};  // 0 = no deadline
   int num_priority_levels = defaults::kNumPriorityLevels;

@@ -627,42 +627,6 @@ TEST_F(SchedulerTest, MinBatchSizeIsHonouredOnlyWithinTheDelay) {
   for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
 }
 
-// dispatch_when_idle: a lone request on an idle executor goes at once (no clock advance); while a
-// batch is in flight, requests wait for the window or a full bucket as before, and they go at
-// once when that batch completes.
-TEST_F(SchedulerTest, DispatchWhenIdleSkipsTheWindowOnlyWhileIdle) {
-  SchedulerOptions o = WindowOptions(8, microseconds(100));
-  o.dispatch_when_idle = true;
-  Make(o, Buckets({1, 2, 4, 8}));
-  executor_->Pause();
-  std::vector<ResultFuture> f;
-  f.push_back(SubmitOk(Request(0, 0)));
-  scheduler_->SyncForTesting();  // no clock advance: dispatched because nothing was in flight
-  ASSERT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0}}));
-  f.push_back(SubmitOk(Request(1, 1)));
-  f.push_back(SubmitOk(Request(2, 2)));
-  scheduler_->SyncForTesting();
-  EXPECT_EQ(executor_->submitted_batches(), 1) << "a batch is in flight: the window holds them";
-  executor_->Resume();
-  EXPECT_TRUE(Get(f[0]).status.ok());
-  scheduler_->SyncForTesting();  // batch {0} done: the executor is idle again
-  ASSERT_EQ(BatchTags().size(), 2u);
-  EXPECT_EQ(BatchTags()[1], (std::vector<std::uint64_t>{1, 2}));
-  for (int i = 1; i < 3; ++i) EXPECT_TRUE(Get(f[i]).status.ok());
-}
-
-// The default waits for the window even with the executor idle.
-TEST_F(SchedulerTest, WithoutDispatchWhenIdleALoneRequestWaitsForTheWindow) {
-  Make(WindowOptions(8, microseconds(100)), Buckets({1, 2, 4, 8}));
-  ResultFuture f = SubmitOk(Request(0, 0));
-  scheduler_->SyncForTesting();
-  EXPECT_EQ(executor_->submitted_batches(), 0);
-  clock_.Advance(microseconds(100));
-  scheduler_->SyncForTesting();
-  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0}}));
-  EXPECT_TRUE(Get(f).status.ok());
-}
-
 // ---- queue policy -----------------------------------------------------------------------------
 
 TEST_F(SchedulerTest, StrictPriorityThenFifoWithinALevel) {
