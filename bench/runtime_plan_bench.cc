@@ -1,7 +1,9 @@
 // The host cost of planning one batch (issue 11: the CUDA executor's "plan" per piece, 25-40 us
 // at B=128 on the H100 host): BatchPlanner::Plan (validation, one new token per request), the
 // block rows the pack reads (FillBlockRows) and Settle after the step, over 1024 sequences of
-// H32 Hkv8 D128 with 16-token blocks, each batch 128 distinct random sequences. CPU only.
+// H32 Hkv8 D128 with 16-token blocks, each batch 128 distinct random sequences; and the same
+// with every request crossing into a new block (sequences prefilled to one length cross their
+// boundaries together). CPU only.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -50,36 +52,45 @@ struct PlanFixture {
     std::iota(ids.begin(), ids.end(), SequenceId{0});
   }
 
-  Batch NextBatch() {
-    std::shuffle(ids.begin(), ids.end(), rng);
+  // A batch of kBatch requests of the sequences ids[first, first + kBatch).
+  Batch BatchOf(int first) {
     Batch b;
     b.requests.resize(kBatch);
     for (int i = 0; i < kBatch; ++i) {
       BatchRequest& r = b.requests[i];
-      r.sequence_id = ids[i];
+      r.sequence_id = ids[first + i];
       r.memory = MemoryKind::kDevice;
-      r.q = r.k = r.v = dummy.data();
-      r.out = dummy.data();
+      r.q = r.k = r.v = r.out = dummy.data();
     }
     return b;
   }
+  Batch NextBatch() {
+    std::shuffle(ids.begin(), ids.end(), rng);
+    return BatchOf(0);
+  }
+
+  // The timed part: the executor's plan, block rows and settle for one batch.
+  void PlanFillSettle(benchmark::State& state, const Batch& batch) {
+    const std::size_t stride = static_cast<std::size_t>(shape.max_blocks_per_sequence());
+    rows.resize(stride * kBatch);
+    BatchPlan plan;  // fresh per batch, as the executor's BatchState
+    planner.Plan(batch, &plan);
+    planner.FillBlockRows(batch, plan.live, stride, rows.data(), &plan.statuses);
+    planner.Settle(batch, &plan);
+    if (plan.live.size() != kBatch) state.SkipWithError("a request was refused");
+    benchmark::DoNotOptimize(rows.data());
+  }
+  std::vector<std::int32_t> rows;
 };
 
 // 2000 batches: every sequence grows by ~250 tokens over the run, as in the host-path benchmark.
 void BM_PlanFillSettle128(benchmark::State& state) {
   PlanFixture f;
-  const std::size_t stride = static_cast<std::size_t>(f.shape.max_blocks_per_sequence());
-  std::vector<std::int32_t> rows(stride * kBatch);
   for (auto _ : state) {
     state.PauseTiming();
     Batch batch = f.NextBatch();
     state.ResumeTiming();
-    BatchPlan plan;  // fresh per batch, as the executor's BatchState
-    f.planner.Plan(batch, &plan);
-    f.planner.FillBlockRows(batch, plan.live, stride, rows.data(), &plan.statuses);
-    f.planner.Settle(batch, &plan);
-    if (plan.live.size() != kBatch) state.SkipWithError("a request was refused");
-    benchmark::DoNotOptimize(rows.data());
+    f.PlanFillSettle(state, batch);
   }
   // Seconds per request (printed with an SI prefix).
   state.counters["time_per_request"] = benchmark::Counter(
@@ -92,8 +103,6 @@ BENCHMARK(BM_PlanFillSettle128)->Iterations(2000)->Repetitions(5)->ReportAggrega
 // was prefilled to the same length; the sequences then cross boundaries together).
 void BM_PlanAtBlockBoundary128(benchmark::State& state) {
   PlanFixture f;
-  const std::size_t stride = static_cast<std::size_t>(f.shape.max_blocks_per_sequence());
-  std::vector<std::int32_t> rows(stride * kBatch);
   int next = kSequences;  // a new round of boundary crossings when it reaches kSequences
   for (auto _ : state) {
     state.PauseTiming();
@@ -112,22 +121,10 @@ void BM_PlanAtBlockBoundary128(benchmark::State& state) {
       std::shuffle(f.ids.begin(), f.ids.end(), f.rng);
       next = 0;
     }
-    Batch b;
-    b.requests.resize(kBatch);
-    for (int i = 0; i < kBatch; ++i) {
-      BatchRequest& r = b.requests[i];
-      r.sequence_id = f.ids[next + i];
-      r.memory = MemoryKind::kDevice;
-      r.q = r.k = r.v = r.out = f.dummy.data();
-    }
+    const Batch batch = f.BatchOf(next);
     next += kBatch;
     state.ResumeTiming();
-    BatchPlan plan;
-    f.planner.Plan(b, &plan);
-    f.planner.FillBlockRows(b, plan.live, stride, rows.data(), &plan.statuses);
-    f.planner.Settle(b, &plan);
-    if (plan.live.size() != kBatch) state.SkipWithError("a request was refused");
-    benchmark::DoNotOptimize(rows.data());
+    f.PlanFillSettle(state, batch);
   }
   state.counters["time_per_request"] = benchmark::Counter(
       kBatch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
