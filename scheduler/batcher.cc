@@ -212,7 +212,9 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
   std::vector<Status> per(size, status);
   boost::asio::post(completion_pool_,
                     [this, state = std::shared_ptr<InFlightBatch>(std::move(batch_state)),
-                     per = std::move(per)]() mutable { DeliverBatch(state.get(), per); });
+                     per = std::move(per)]() mutable {
+                      DeliverBatch(state.get(), per, 0, per.size());
+                    });
 }
 
 void Scheduler::Impl::Finish(RequestRecord* record, Outcome outcome) {

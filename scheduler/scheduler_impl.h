@@ -65,6 +65,9 @@ inline constexpr int kIntakeRoundsPerPass = 16;
 inline constexpr int kMaxPriorityLevels = 16;
 inline constexpr int kMaxCompletionThreads = 64;
 inline constexpr std::size_t kInlineDeliveryMax = 8;  // requests: see OnBatchDone
+// A batch's results go out in up to completion_threads parts of at least this many requests,
+// delivered concurrently (see OnBatchDone).
+inline constexpr std::size_t kDeliveryPartMin = 32;
 // Longest timeout: a year, so that deadlines (clock nanoseconds + timeout) cannot overflow.
 inline constexpr std::chrono::microseconds kMaxTimeout = std::chrono::hours(24 * 365);
 
@@ -230,7 +233,9 @@ class Scheduler::Impl final : public ClockListener {
 
   // ---- completion (pool threads) -------------------------------------------------------------
 
-  void DeliverBatch(InFlightBatch* batch, std::vector<Status>& per_request);
+  // Delivers the batch's requests [begin, end) (their statuses per_request[begin, end)).
+  void DeliverBatch(InFlightBatch* batch, std::vector<Status>& per_request, std::size_t begin,
+                    std::size_t end);
 
   void Deliver(RequestRecord* record, Status status, ClockNanos now);
 

@@ -823,6 +823,37 @@ TEST_F(SchedulerTest, ACallbackThatThrowsIsCaughtAndOthersStillComplete) {
   EXPECT_EQ(scheduler_->Metrics().completed, 2u);
 }
 
+// A large batch's results go out in parts on the completion threads at once: the first request's
+// callback sees a callback of the batch's second half start while it waits (one thread
+// delivering the batch in order would never let it). Every callback runs once, every status OK.
+TEST_F(SchedulerTest, ALargeBatchIsDeliveredInPartsConcurrently) {
+  SchedulerOptions o = WindowOptions(64, std::chrono::seconds(10));
+  o.completion_threads = 2;
+  Make(o, Buckets({64}));
+  std::atomic<int> calls{0}, ok{0};
+  std::atomic<bool> second_half_started{false}, first_saw_second{false};
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(scheduler_->Submit(Request(i, i), [&, i](DecodeResult r) {
+                             if (r.status.ok()) ok.fetch_add(1);
+                             calls.fetch_add(1);
+                             if (i >= 32) second_half_started = true;
+                             if (i != 0) return;
+                             using std::chrono::steady_clock;
+                             const auto until = steady_clock::now() + std::chrono::seconds(10);
+                             while (!second_half_started && steady_clock::now() < until) {
+                               std::this_thread::yield();
+                             }
+                             first_saw_second = second_half_started.load();
+                           }).ok());
+  }
+  scheduler_->Drain();
+  EXPECT_EQ(executor_->submitted_batches(), 1);
+  EXPECT_EQ(calls.load(), 64);
+  EXPECT_EQ(ok.load(), 64);
+  EXPECT_TRUE(first_saw_second.load());
+  EXPECT_EQ(scheduler_->Metrics().completed, 64u);
+}
+
 // A callback that blocks holds its completion thread only: batching goes on, small batches of
 // futures still complete (on the executor's thread), and only callbacks queue behind it.
 TEST_F(SchedulerTest, ABlockingCallbackDoesNotStallBatching) {
