@@ -1292,6 +1292,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.batcher_spin = variation.batcher_spin;
     c.device_memory_requests = variation.device_memory_requests;
     c.warmup = kSaturationWarmup;
+    c.keep_latencies = true;  // the 70%-load runs are pooled
     c.seed = seed;
     c.late_threshold = std::chrono::microseconds(
         static_cast<std::int64_t>(kWindowUs + 2 * cap->step_us));  // the 70%-load bound
@@ -1330,8 +1331,8 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     pooled.insert(pooled.end(), r.latencies_ns.begin(), r.latencies_ns.end());
     pooled_with_warmup.insert(pooled_with_warmup.end(), r.latencies_with_warmup_ns.begin(),
                               r.latencies_with_warmup_ns.end());
-    r.latencies_ns.clear();
-    r.latencies_with_warmup_ns.clear();
+    r.latencies_ns = {};
+    r.latencies_with_warmup_ns = {};
     loaded_runs.push_back(std::move(r));
   }
   std::sort(pooled.begin(), pooled.end());
@@ -1370,8 +1371,9 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
               static_cast<double>(sat.rejected), 0.7 * s.capacity, loaded_submitted,
               static_cast<double>(loaded_rejected));
   std::printf("saturation B=%d T=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
-              "%.3f x (of batch / piece event time %.0f req/s: %.3f x); 70%% load p99 %.0f us (%d runs "
-              "pooled: %s; %.0f with their warm-ups; executor p50 %.0f) vs bound %.0f us\n",
+              "%.3f x (of batch / piece event time %.0f req/s: %.3f x); 70%% load p99 %.0f us "
+              "(%d runs pooled: %s; %.0f with their warm-ups; executor p50 %.0f) vs bound %.0f "
+              "us\n",
               batch, context, variation.Name().c_str(), s.capacity, s.step_us,
               sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, s.p99_70_us,
               kLoadedRuns, JoinNumbers(run_p99s, "%.0f").c_str(), s.p99_70_with_warmup_us,

@@ -70,6 +70,9 @@ struct OpenLoopConfig {
   // first pieces' plan, pack and launch took ~10x their median on the H200 host, 2026-11-29),
   // which a long-running server pays once. 0: every request counts.
   std::chrono::microseconds warmup{0};
+  // Return every latency (OpenLoopResult::latencies_ns): 16 bytes a request, for a caller that
+  // pools several runs' samples.
+  bool keep_latencies = false;
 };
 
 // What is expected and what is a failure. The harness sets no deadline and cancels nothing, so
@@ -103,8 +106,9 @@ struct OpenLoopResult {
   double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0;  // arrivals after the warm-up
   std::int64_t warmup_requests = 0;  // arrivals in the warm-up (not in the percentiles above)
   double p99_with_warmup_us = 0, warmup_max_us = 0;
-  // Every result's latency (ns, ascending): after the warm-up, and of the whole run (several
-  // runs' samples pooled give the percentiles of a longer run).
+  // With OpenLoopConfig::keep_latencies, every result's latency (ns, ascending): after the
+  // warm-up, and of the whole run (several runs' samples pooled give the percentiles of a
+  // longer run). Empty otherwise.
   std::vector<std::int64_t> latencies_ns, latencies_with_warmup_ns;
   // Where the time goes (scheduler metrics, medians): submit -> dispatch, and executor Submit ->
   // done per batch (includes waiting behind the batch in flight before it).
@@ -456,8 +460,10 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.late = FindLateClusters(
       arrival_ns, latency_ns, submit_late_ns, threshold_ns,
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_gap).count());
-  result.latencies_ns = std::move(sorted);
-  result.latencies_with_warmup_ns = std::move(all);
+  if (config.keep_latencies) {
+    result.latencies_ns = std::move(sorted);
+    result.latencies_with_warmup_ns = std::move(all);
+  }
   return result;
 }
 

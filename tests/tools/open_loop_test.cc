@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "tests/support/fake_executor.h"
@@ -86,6 +87,14 @@ TEST(OpenLoopTest, WarmupArrivalsAreCountedApart) {
   EXPECT_GT(r->p99_with_warmup_us, 0.0);
   EXPECT_GT(r->warmup_max_us, 0.0);
   EXPECT_LE(r->late.late, r->offered / 100 + 1) << "late: over the whole run's p99";
+  EXPECT_TRUE(r->latencies_ns.empty()) << "kept only with keep_latencies";
+  c.keep_latencies = true;
+  const StatusOr<OpenLoopResult> kept = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(static_cast<std::int64_t>(kept->latencies_with_warmup_ns.size()), kept->completed);
+  EXPECT_EQ(static_cast<std::int64_t>(kept->latencies_ns.size()),
+            kept->completed - kept->warmup_requests);
+  EXPECT_TRUE(std::is_sorted(kept->latencies_ns.begin(), kept->latencies_ns.end()));
 }
 
 TEST(OpenLoopTest, HostRequestsAreStagedByTheScheduler) {
