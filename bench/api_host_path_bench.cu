@@ -90,8 +90,10 @@ struct Options {
   // The saturation schedulers' SchedulerOptions::mapped_staging_bytes and completion_threads.
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;
   int completion_threads = defaults::kCompletionThreads;
-  // The saturation schedulers' SchedulerOptions::batcher_spin (-1: auto).
+  // The saturation schedulers' SchedulerOptions::batcher_spin (-1: auto), and pass_trace
+  // (--pass-trace: the batching thread around each 70%-load run's largest late cluster).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
+  bool pass_trace = false;
   // Their open loops' submitting threads (--producers); 0: ProducersFor(max batch).
   int producers = 0;
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
@@ -535,6 +537,7 @@ struct Variation {
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // their schedulers'
   int completion_threads = defaults::kCompletionThreads;                // likewise
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};   // likewise
+  bool pass_trace = false;                                              // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   // Their executors' CudaExecutorOptions::busy_gather_max_rows (-1: its default; 0: staged
@@ -564,6 +567,7 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.mapped_staging_bytes = o.mapped_staging_bytes;
   v.completion_threads = o.completion_threads;
   v.batcher_spin = o.batcher_spin;
+  v.pass_trace = o.pass_trace;
   v.producers = o.producers;
   v.device_memory_requests = o.device_memory_requests;
   return v;
@@ -1290,6 +1294,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
     c.completion_threads = variation.completion_threads;
     c.batcher_spin = variation.batcher_spin;
+    c.pass_trace = variation.pass_trace ? scheduler::kMaxPassTrace : 0;
     c.device_memory_requests = variation.device_memory_requests;
     c.warmup = kSaturationWarmup;
     c.keep_latencies = true;  // the 70%-load runs are pooled
@@ -1324,6 +1329,8 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                 r.p99_with_warmup_us, tools::DescribeLateClusters(r.late).c_str(),
                 r.submit_late_p99_us, r.queue_delay_p99_us, r.executor_p99_us,
                 r.scheduler_latency_p99_us);
+    if (!r.passes.empty()) std::printf("  70%% load, run %d, batching thread: %s\n", i + 1,
+                                       r.passes.c_str());
     std::printf("  70%% load, run %d, start: %s; the first %lld ms (%lld requests, latency max "
                 "%.0f us) are a warm-up\n", i + 1, r.start.c_str(),
                 static_cast<long long>(kSaturationWarmup.count()),
@@ -1766,6 +1773,9 @@ int main(int argc, char** argv) {
           "                   working set's only)\n"
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
           "  --batcher-spin-us N  the saturation schedulers' batcher_spin (default -1: auto)\n"
+          "  --pass-trace     the saturation schedulers keep the batching thread's passes\n"
+          "                   (SchedulerOptions::pass_trace); each 70%-load run prints them\n"
+          "                   around its largest cluster of late requests\n"
           "  --producers N    the saturation open loops' submitting threads (default: 4 at max\n"
           "                   batch 32, 8 at 128)\n"
           "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
@@ -1810,6 +1820,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "api_host_path_bench: --completion-threads must be 1..64\n");
         return 2;
       }
+    } else if (a == "--pass-trace") {
+      o.pass_trace = true;
     } else if (a == "--batcher-spin-us") {
       const long long us = std::atoll(value("--batcher-spin-us").c_str());
       if (us < -1 || us > 1'000'000) {

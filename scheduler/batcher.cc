@@ -43,9 +43,12 @@ void Scheduler::Impl::Run() {
     // 1. Intake -> pending lists (or straight to a final outcome).
     // Bounded per pass so a flood of submissions cannot starve dispatch.
     std::size_t n;
+    std::int64_t taken = 0;
+    pass_batches_ = pass_dispatched_ = 0;
     for (int round = 0; round < kIntakeRoundsPerPass &&
                         (n = intake_.try_dequeue_bulk(consumer, buffer.data(), buffer.size())) > 0;
          ++round) {
+      taken += static_cast<std::int64_t>(n);
       for (std::size_t i = 0; i < n; ++i) {
         RequestRecord* record = buffer[i];
         const std::uint64_t state = record->state.load(std::memory_order_acquire);
@@ -96,7 +99,19 @@ void Scheduler::Impl::Run() {
     }
     sync_cv_.NotifyAll();
     if (stop_.load(std::memory_order_seq_cst)) break;
-    Sleep(now, shutting_down || flush);
+    if (options_.pass_trace > 0) {
+      BatcherPass pass;
+      pass.begin_ns = now;
+      pass.end_ns = clock_->Now();
+      pass.taken = static_cast<std::int32_t>(taken);
+      pass.batches = pass_batches_;
+      pass.dispatched = pass_dispatched_;
+      pass.pending = static_cast<std::int32_t>(pending_.size());
+      pass.in_flight = in_flight_.load(std::memory_order_relaxed);
+      Sleep(now, shutting_down || flush, &pass);
+    } else {
+      Sleep(now, shutting_down || flush, nullptr);
+    }
   }
   {
     MutexLock lock(&sync_mu_);
@@ -185,6 +200,8 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
   const int size = static_cast<int>(batch_state->records.size());
   if (size == 0) return;
   metrics_.batch_size.Record(size);
+  ++pass_batches_;
+  pass_dispatched_ += size;
   if (Logger().should_log(spdlog::level::debug)) {
     Logger().debug("scheduler: formed batch size={} bucket={} oldest_wait_us={:.1f} pending={}",
                   size, window_.BucketFor(size), oldest_wait * 1e-3, pending_.size());
@@ -261,7 +278,7 @@ void Scheduler::Impl::PostFinished() {
   finished_.clear();
 }
 
-void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
+void Scheduler::Impl::Sleep(ClockNanos now, bool closing, BatcherPass* pass) {
   const bool can_dispatch = in_flight_.load(std::memory_order_acquire) < max_in_flight_;
   ClockNanos window_at = kNever;
   if (can_dispatch && !pending_.empty()) {
@@ -302,6 +319,10 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing) {
   // Cancel, completions, Drain/Shutdown and clock advances always Wake() (wake_flag_); only
   // producers rely on this re-check.
   const bool more_work = intake_.size_approx() > 0 || (wake_at != kNever && wake_at <= now);
+  if (pass != nullptr) {
+    pass->sleep_until_ns = more_work ? now : sleep_until;
+    RecordPass(*pass);
+  }
   if (!more_work) {
     MutexLock lock(&mu_);
     const auto real = sleep_until == kNever ? std::nullopt : clock_->RealTimeOf(sleep_until);

@@ -101,6 +101,10 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
     return InvalidArgumentError("result_spin " + Us(o.result_spin) +
                                 " must be >= 0, or -1 (auto)");
   }
+  if (o.pass_trace < 0 || o.pass_trace > kMaxPassTrace) {
+    return InvalidArgumentError("pass_trace " + std::to_string(o.pass_trace) +
+                                " out of range [0, " + std::to_string(kMaxPassTrace) + "]");
+  }
   if (executor->max_in_flight() < 1) {
     return InvalidArgumentError("executor max_in_flight " +
                                 std::to_string(executor->max_in_flight()) + " must be >= 1");
@@ -144,6 +148,8 @@ bool Scheduler::Cancel(const RequestHandle& handle) { return impl_->Cancel(handl
 void Scheduler::Drain() { impl_->Drain(); }
 void Scheduler::Shutdown() { impl_->Shutdown(); }
 MetricsSnapshot Scheduler::Metrics() const { return impl_->Metrics(); }
+
+std::vector<BatcherPass> Scheduler::RecentPasses() const { return impl_->RecentPasses(); }
 std::string Scheduler::PrometheusText() const {
   return scheduler::PrometheusText(impl_->Metrics());
 }

@@ -74,10 +74,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <attnrt/config.h>
 #include <attnrt/status.h>
@@ -123,6 +125,25 @@ struct SchedulerOptions {
   // least defaults::kResultSpinShortUs, and only that when the long pollers' slots are taken:
   // ResolveResultSpin); -1 (the default) = auto.
   std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
+  // Keep the batching thread's last pass_trace passes (Scheduler::RecentPasses): when it woke,
+  // what it took and dispatched, when it meant to wake next. 0 (the default) keeps none; at
+  // most kMaxPassTrace. A diagnostic: a latency spike with an idle device and producers on time
+  // is either a pass that ran long, a sleep planned too long, or a wake-up that came late.
+  int pass_trace = 0;
+};
+
+inline constexpr int kMaxPassTrace = 1 << 20;
+
+// One pass of the batching thread (SchedulerOptions::pass_trace), times on the scheduler's clock.
+struct BatcherPass {
+  std::int64_t begin_ns = 0;        // the pass began (the thread had woken)
+  std::int64_t end_ns = 0;          // it was about to sleep
+  std::int64_t sleep_until_ns = 0;  // the wake-up it planned (INT64_MAX: none; only a wake)
+  std::int32_t taken = 0;           // requests taken from the intake queue
+  std::int32_t batches = 0;         // batches dispatched
+  std::int32_t dispatched = 0;      // requests in them
+  std::int32_t pending = 0;         // requests left waiting for a batch
+  std::int32_t in_flight = 0;       // batches at the executor when it was about to sleep
 };
 
 // The poll a scheduler uses for batcher_spin = `spin` on a machine with `hardware_threads`
@@ -196,6 +217,9 @@ class Scheduler {
   MetricsSnapshot Metrics() const;
   std::string PrometheusText() const;
   const SchedulerOptions& options() const;
+  // The batching thread's last SchedulerOptions::pass_trace passes, oldest first (empty when the
+  // option is 0).
+  std::vector<BatcherPass> RecentPasses() const;
 
   // For tests with a ManualClock: blocks until the batching thread has taken in everything
   // submitted before the call and acted on it (window, deadlines, cancellations) at the clock's

@@ -176,6 +176,17 @@ class Scheduler::Impl final : public ClockListener {
 
   void SyncForTesting();
 
+  std::vector<BatcherPass> RecentPasses() const {
+    MutexLock lock(&passes_mu_);
+    std::vector<BatcherPass> out;
+    out.reserve(passes_.size());
+    for (std::size_t i = 0; i < passes_.size(); ++i) {
+      out.push_back(passes_[(passes_next_ + i) % passes_.size()]);
+    }
+    if (passes_recorded_ < passes_.size()) out.erase(out.begin(), out.end() - passes_recorded_);
+    return out;
+  }
+
   const SchedulerOptions& options() const { return options_; }
 
   template <typename Fn>
@@ -279,8 +290,18 @@ class Scheduler::Impl final : public ClockListener {
 
   void WaitIdle();
 
-  // Sleeps until woken or the earliest time something can happen without new input.
-  void Sleep(ClockNanos now, bool closing);
+  // Sleeps until woken or the earliest time something can happen without new input. With a
+  // `pass` (SchedulerOptions::pass_trace), records it first with that time (kNever: only a
+  // wake; `now`: no sleep).
+  void Sleep(ClockNanos now, bool closing, BatcherPass* pass);
+
+  // SchedulerOptions::pass_trace: the batching thread's passes in a ring.
+  void RecordPass(const BatcherPass& pass) {
+    MutexLock lock(&passes_mu_);
+    passes_[passes_next_] = pass;
+    passes_next_ = (passes_next_ + 1) % passes_.size();
+    ++passes_recorded_;
+  }
 
   const SchedulerOptions options_;
   runtime::Executor* const executor_;
@@ -348,6 +369,14 @@ class Scheduler::Impl final : public ClockListener {
   std::vector<RequestRecord*> selected_;
   std::vector<RequestRecord*> scratch_;
   std::vector<std::pair<RequestRecord*, Status>> finished_;
+  int pass_batches_ = 0, pass_dispatched_ = 0;  // Launch's count in the current pass
+
+  // SchedulerOptions::pass_trace (written by the batching thread, read by RecentPasses).
+  mutable Mutex passes_mu_;
+  std::vector<BatcherPass> passes_ GUARDED_BY(passes_mu_) =
+      std::vector<BatcherPass>(static_cast<std::size_t>(options_.pass_trace));
+  std::size_t passes_next_ GUARDED_BY(passes_mu_) = 0;
+  std::size_t passes_recorded_ GUARDED_BY(passes_mu_) = 0;
 
   boost::asio::thread_pool completion_pool_;
   std::thread thread_;

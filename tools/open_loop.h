@@ -73,6 +73,9 @@ struct OpenLoopConfig {
   // Return every latency (OpenLoopResult::latencies_ns): 16 bytes a request, for a caller that
   // pools several runs' samples.
   bool keep_latencies = false;
+  // SchedulerOptions::pass_trace: with it, OpenLoopResult::passes describes the batching
+  // thread around the largest cluster of late requests.
+  int pass_trace = 0;
 };
 
 // What is expected and what is a failure. The harness sets no deadline and cancels nothing, so
@@ -120,6 +123,7 @@ struct OpenLoopResult {
   double submit_late_p99_us = 0;
   LateClusters late;  // where the tail lies in the run (OpenLoopConfig::late_threshold)
   std::string start;  // the first 8 ms in bins of 1 ms (DescribeStart)
+  std::string passes;  // with OpenLoopConfig::pass_trace: DescribePassesAt the largest cluster
 };
 
 // Builds (or hands out a cached, idle) executor for one configuration: it must accept batches of
@@ -221,6 +225,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   options.max_queue_size = config.max_queue_size;
   options.completion_threads = config.completion_threads;
   options.batcher_spin = config.batcher_spin;
+  options.pass_trace = config.pass_trace;
   options.mapped_staging_bytes = config.mapped_staging_bytes;
   if (config.producers < 1 || config.producers > 64) {
     return InvalidArgumentError("producers = " + std::to_string(config.producers) +
@@ -386,6 +391,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   }
   const Clock::time_point end = Clock::now();
   const scheduler::MetricsSnapshot m = sched->Metrics();
+  const std::vector<scheduler::BatcherPass> passes = sched->RecentPasses();
   producers.clear();  // a Producer must not outlive its scheduler
   sched->Shutdown();  // no completion runs after this
 
@@ -460,6 +466,12 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.late = FindLateClusters(
       arrival_ns, latency_ns, submit_late_ns, threshold_ns,
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_gap).count());
+  if (config.pass_trace > 0) {
+    // The scheduler's clock is the steady clock (RunOpenLoop gives it no other).
+    const std::int64_t start_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+    result.passes = DescribePassesAt(result.late, passes, start_ns);
+  }
   if (config.keep_latencies) {
     result.latencies_ns = std::move(sorted);
     result.latencies_with_warmup_ns = std::move(all);

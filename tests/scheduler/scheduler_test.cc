@@ -153,6 +153,8 @@ TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
       {"completion_threads", [](SchedulerOptions& o) { o.completion_threads = 0; }},
       {"batcher_spin", [](SchedulerOptions& o) { o.batcher_spin = microseconds(-2); }},
       {"result_spin", [](SchedulerOptions& o) { o.result_spin = microseconds(-2); }},
+      {"pass_trace", [](SchedulerOptions& o) { o.pass_trace = -1; }},
+      {"pass_trace", [](SchedulerOptions& o) { o.pass_trace = kMaxPassTrace + 1; }},
   };
   for (const Case& c : cases) {
     SchedulerOptions o;
@@ -625,6 +627,58 @@ TEST_F(SchedulerTest, MinBatchSizeIsHonouredOnlyWithinTheDelay) {
   ASSERT_EQ(BatchTags().size(), 2u);
   EXPECT_EQ(BatchTags()[1], (std::vector<std::uint64_t>{4, 5}));  // past the delay: goes anyway
   for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+}
+
+// pass_trace: each pass of the batching thread, what it took, dispatched and left, and the wake-up
+// it planned; the ring keeps the last pass_trace passes; none without the option.
+TEST_F(SchedulerTest, PassTraceRecordsTheBatchingThreadsPasses) {
+  SchedulerOptions o = WindowOptions(4, microseconds(100));
+  o.pass_trace = 64;
+  Make(o, Buckets({1, 2, 4}));
+  std::vector<ResultFuture> f;
+  for (int i = 0; i < 4; ++i) f.push_back(SubmitOk(Request(i, i)));  // a full bucket
+  scheduler_->SyncForTesting();
+  scheduler_->SyncForTesting();  // the pass that dispatched is recorded before the next one
+  std::vector<BatcherPass> passes = scheduler_->RecentPasses();
+  ASSERT_FALSE(passes.empty());
+  int taken = 0, dispatched = 0, batches = 0;
+  for (const BatcherPass& p : passes) {
+    EXPECT_LE(p.begin_ns, p.end_ns);
+    taken += p.taken;
+    dispatched += p.dispatched;
+    batches += p.batches;
+  }
+  EXPECT_EQ(taken, 4);
+  EXPECT_EQ(dispatched, 4);
+  EXPECT_EQ(batches, 1);
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+
+  // A lone request waits for its window: the pass that took it leaves it pending and plans to
+  // wake by the window's end.
+  const std::int64_t submitted_at = clock_.Now();
+  ResultFuture lone = SubmitOk(Request(9, 9));
+  scheduler_->SyncForTesting();
+  scheduler_->SyncForTesting();
+  passes = scheduler_->RecentPasses();
+  auto it = std::find_if(passes.begin(), passes.end(),
+                         [](const BatcherPass& p) { return p.taken == 1; });
+  ASSERT_NE(it, passes.end());
+  EXPECT_EQ(it->pending, 1);
+  EXPECT_EQ(it->dispatched, 0);
+  EXPECT_EQ(it->sleep_until_ns, submitted_at + 100'000);
+  clock_.Advance(microseconds(100));
+  EXPECT_TRUE(Get(lone).status.ok());
+
+  for (int i = 0; i < 80; ++i) scheduler_->SyncForTesting();
+  EXPECT_EQ(scheduler_->RecentPasses().size(), 64u);  // the last pass_trace passes only
+}
+
+TEST_F(SchedulerTest, NoPassTraceByDefault) {
+  Make(WindowOptions(4, microseconds(0)), Buckets({1, 2, 4}));
+  ResultFuture f = SubmitOk(Request(1, 1));
+  EXPECT_TRUE(Get(f).status.ok());
+  scheduler_->SyncForTesting();
+  EXPECT_TRUE(scheduler_->RecentPasses().empty());
 }
 
 // ---- queue policy -----------------------------------------------------------------------------

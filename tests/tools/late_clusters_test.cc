@@ -60,6 +60,33 @@ TEST(LateClustersTest, NothingLate) {
   EXPECT_EQ(DescribeLateClusters(c), "0 requests over 0 us in 0 clusters");
 }
 
+// A pass as scheduler::BatcherPass has it (the function is a template over the pass type).
+struct Pass {
+  std::int64_t begin_ns, end_ns, sleep_until_ns;
+  int batches, in_flight;
+};
+
+// Passes every 10 us, but a 700 us wait after the pass ending at 1.21 ms (it planned 50 us):
+// the line names that wait, its plan, the longest pass and the most batches in flight.
+TEST(LateClustersTest, DescribePassesAtTheLargestCluster) {
+  const std::int64_t start = 1'000'000'000;
+  std::vector<Pass> passes;
+  for (std::int64_t t = 0; t < 5'000'000; t += 10'000) {
+    if (t > 1'200'000 && t < 1'910'000) continue;  // asleep
+    const std::int64_t length = t == 2'000'000 ? 6'000 : 2'000;
+    passes.push_back({start + t, start + t + length, start + t + length + 50'000,
+                      t == 2'000'000 ? 3 : 1, t == 1'500'000 ? 9 : 2});
+  }
+  LateClusters c;
+  c.largest.push_back({1'300'000, 1'900'000, 300, 700'000, 0});
+  const std::string text = DescribePassesAt(c, passes, start);
+  EXPECT_NE(text.find("longest wait 708 us at t=1.202 ms (planned: 50 us)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("longest pass 6 us at t=2.000 ms (3 batches)"), std::string::npos) << text;
+  EXPECT_NE(text.find("most batches in flight 2"), std::string::npos) << text;
+  EXPECT_EQ(DescribePassesAt(LateClusters{}, passes, start), "no passes recorded");
+}
+
 TEST(LateClustersTest, DescribeStartBinsTheFirstArrivals) {
   const std::vector<std::int64_t> arrival = {0, 400'000, 1'200'000, 2'500'000, 9'000'000};
   const std::vector<std::int64_t> latency = {5'000, 90'000, 7'000, 1'000, 1'000'000};

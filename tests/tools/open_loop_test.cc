@@ -97,6 +97,23 @@ TEST(OpenLoopTest, WarmupArrivalsAreCountedApart) {
   EXPECT_TRUE(std::is_sorted(kept->latencies_ns.begin(), kept->latencies_ns.end()));
 }
 
+// With pass_trace the result describes the batching thread at the largest late cluster.
+TEST(OpenLoopTest, PassTraceDescribesTheBatchingThread) {
+  FakeExecutor executor(Staging(false));
+  OpenLoopConfig c = SmallLoad();
+  c.pass_trace = 4096;
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failures(), 0) << r->first_error;
+  ASSERT_GT(r->late.late, 0);  // over the run's own p99: some request always is
+  EXPECT_NE(r->passes.find("passes from 1 ms before the largest cluster"), std::string::npos)
+      << r->passes;
+  c.pass_trace = 0;
+  const StatusOr<OpenLoopResult> off = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(off->passes.empty());
+}
+
 TEST(OpenLoopTest, HostRequestsAreStagedByTheScheduler) {
   FakeExecutor executor(Staging(false));
   const StatusOr<OpenLoopResult> r = RunOpenLoop(SmallLoad(), &executor);
