@@ -148,7 +148,6 @@ bool Scheduler::Cancel(const RequestHandle& handle) { return impl_->Cancel(handl
 void Scheduler::Drain() { impl_->Drain(); }
 void Scheduler::Shutdown() { impl_->Shutdown(); }
 MetricsSnapshot Scheduler::Metrics() const { return impl_->Metrics(); }
-
 std::vector<BatcherPass> Scheduler::RecentPasses() const { return impl_->RecentPasses(); }
 std::string Scheduler::PrometheusText() const {
   return scheduler::PrometheusText(impl_->Metrics());
