@@ -276,7 +276,13 @@ nlohmann::ordered_json RunJson(const attnrt::tools::OpenLoopResult& r) {
           {"queue_delay_p99_us", r.queue_delay_p99_us},
           {"offered", r.offered}, {"submitted_per_s", r.submitted_per_s},
           {"completed", r.completed},
-          {"rejected", r.rejected}, {"failed", r.failures()}};
+          {"rejected", r.rejected}, {"failed", r.failures()},
+          // Where the tail lies: the warm-up left out, the load generator's own lateness, and
+          // the requests over the run's p99 clustered by arrival.
+          {"warmup_requests", r.warmup_requests},
+          {"p99_with_warmup_us", r.p99_with_warmup_us},
+          {"submit_late_p99_us", r.submit_late_p99_us},
+          {"late", attnrt::tools::DescribeLateClusters(r.late)}};
 }
 
 nlohmann::ordered_json PointJson(const Point& p) {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tune_plot_test.sh TUNE PLOT_SCRIPT [TUNE ARGS...]: runs attnrt-tune (TUNE) with --json and
 # --csv into a temporary directory, checks both (the JSON complete, with its shape, version,
-# objective, capacity and a recommendation entry per rate; one CSV row per point), then draws
+# objective, capacity and a recommendation entry per rate, each run's tail fields; one CSV row
+# per point), then draws
 # the JSON with PLOT_SCRIPT (bench/plot_tune.py) and passes when a non-empty PNG comes out.
 # Exit 77 (a ctest skip) when no python3 with matplotlib is found.
 set -u
@@ -38,6 +39,11 @@ for r in doc["recommendations"]:
     assert ("setting" in r) if r["met"] else ("miss_reason" in r), f"incomplete verdict {r}"
 n = len(rates) * len(doc["sweep"]["windows_us"]) * len(doc["sweep"]["max_batches"])
 assert len(doc["points"]) == n, f"{len(doc['points'])} points, expected {n}"
+for p in doc["points"]:
+    for run in p["runs"]:
+        for key in ("warmup_requests", "p99_with_warmup_us", "submit_late_p99_us", "late"):
+            assert key in run, f"no '{key}' in a run of point {p['rate']}"
+        assert " requests over " in run["late"], f"late: {run['late']}"
 rows = list(csv.DictReader(open(sys.argv[2])))
 assert len(rows) == n, f"{len(rows)} CSV rows, expected {n}"
 print(f"tune_plot_test: JSON and CSV hold {n} points")
