@@ -115,6 +115,18 @@ TEST_F(SequenceTableTest, AppendTokenReturnsThePositionOfTheNewToken) {
   EXPECT_TRUE(copies_.empty());
 }
 
+// A prefilled table takes its first decode tokens' blocks without growing its allocation
+// (sequences prefilled to one length would otherwise all reallocate in their first decode
+// batch).
+TEST_F(SequenceTableTest, APrefilledTableTakesItsFirstDecodeBlocksWithoutReallocating) {
+  ASSERT_TRUE(table_.Create(3).ok());
+  ASSERT_TRUE(table_.Append(3, kAll, 32, &copies_).ok());  // 4 full blocks of 8
+  const std::size_t after_prefill = table_.MetadataBytes();
+  for (int t = 0; t < 16; ++t) ASSERT_TRUE(table_.Append(3, kAll, 1, &copies_).ok());
+  EXPECT_EQ(TableOf(table_, 3).size(), 6u);
+  EXPECT_EQ(table_.MetadataBytes(), after_prefill) << "two more blocks reallocated the table";
+}
+
 // The entry API (one lookup for several calls): the same tokens, blocks and errors as by id, and
 // an entry stays valid while other sequences are created, appended to, forked and freed.
 TEST_F(SequenceTableTest, EntryFromFindAppendsAndReadsAsTheIdCalls) {
