@@ -3,10 +3,11 @@
 // block rows the pack reads (FillBlockRows) and Settle after the step, over 1024 sequences of
 // H32 Hkv8 D128 with 16-token blocks, each batch 128 distinct random sequences; and the same
 // with every request crossing into a new block (sequences prefilled to one length cross their
-// boundaries together). CPU only.
+// boundaries together); and the first decode batches after a prefill. CPU only.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -130,6 +131,31 @@ void BM_PlanAtBlockBoundary128(benchmark::State& state) {
       kBatch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_PlanAtBlockBoundary128)->Iterations(400)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+
+// The first decode batches after a prefill: every sequence at 512 tokens (32 full blocks) takes
+// its first decode token, crossing into a 33rd block; batches 2-8 of a fresh table (the first
+// pays the process's own first touches), each of 128 sequences not planned before.
+void BM_FirstDecodeAfterPrefill128(benchmark::State& state) {
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto f = std::make_unique<PlanFixture>();
+    f->PlanFillSettle(state, f->BatchOf(0));
+    state.ResumeTiming();
+    for (int first = kBatch; first < kSequences; first += kBatch) {
+      state.PauseTiming();
+      const Batch batch = f->BatchOf(first);
+      state.ResumeTiming();
+      f->PlanFillSettle(state, batch);
+    }
+    state.PauseTiming();
+    f.reset();
+    state.ResumeTiming();
+  }
+  state.counters["time_per_batch"] = benchmark::Counter(
+      kSequences / kBatch - 1,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_FirstDecodeAfterPrefill128)->Iterations(20)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace attnrt::runtime
