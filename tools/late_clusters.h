@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -85,54 +86,59 @@ inline std::string DescribeLateClusters(const LateClusters& c) {
   return s;
 }
 
-// The batching thread around the largest cluster (SchedulerOptions::pass_trace): `passes` on
-// the scheduler's clock, `start_ns` the run's start on it, the cluster's first arrival from the
-// start. Over [first arrival - 1 ms, first arrival + 3 ms]: how many passes, the longest wait
-// between two (the wake-up the earlier one planned beside it: a wait far past its plan is a late
-// wake-up, a plan far ahead a sleep too long), the longest pass, the most batches in flight.
+// The batching thread around the largest cluster (SchedulerOptions::pass_trace): `passes` (oldest
+// first) on the scheduler's clock, `start_ns` the run's start on it, the cluster's first arrival
+// from the start. Over [first arrival - 1 ms, first arrival + 3 ms]: how many passes ran in it,
+// the longest wait between two passes that overlaps it (one wait may span it all) with the
+// wake-up the earlier pass planned beside it (a wait far past its plan is a late wake-up, a plan
+// far ahead a sleep too long), the longest pass, the most batches in flight.
 template <typename Pass>
 std::string DescribePassesAt(const LateClusters& c, const std::vector<Pass>& passes,
                              std::int64_t start_ns) {
   if (c.largest.empty() || passes.empty()) return "no passes recorded";
-  const std::int64_t from = start_ns + c.largest.front().first_arrival_ns - 1'000'000;
   const std::int64_t to = start_ns + c.largest.front().first_arrival_ns + 3'000'000;
+  // A window opening before the first pass (a cluster at the run's start) opens with it; a trace
+  // whose first pass lies past the window no longer holds it (pass_trace too small).
+  if (passes.front().begin_ns > to) return "the trace no longer holds the largest cluster";
+  const std::int64_t from = std::max(passes.front().begin_ns,
+                                     start_ns + c.largest.front().first_arrival_ns - 1'000'000);
   std::int64_t count = 0, longest_wait = -1, wait_at = 0, planned = 0, longest_pass = 0;
   std::int64_t pass_at = 0;
+  bool no_wake_up = false;  // the pass before the longest wait planned none (a wake only)
   int most_in_flight = 0, pass_batches = 0;
-  const Pass* previous = nullptr;
-  for (const Pass& p : passes) {
-    if (p.begin_ns < from || p.begin_ns > to) {
-      previous = &p;
-      continue;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const Pass& p = passes[i];
+    if (i > 0) {
+      const Pass& previous = passes[i - 1];
+      const bool overlaps = previous.end_ns <= to && p.begin_ns >= from;
+      if (overlaps && p.begin_ns - previous.end_ns > longest_wait) {
+        longest_wait = p.begin_ns - previous.end_ns;
+        wait_at = previous.end_ns;
+        planned = previous.sleep_until_ns - previous.end_ns;
+        no_wake_up = previous.sleep_until_ns == std::numeric_limits<std::int64_t>::max();
+      }
     }
+    if (p.end_ns < from || p.begin_ns > to) continue;
     ++count;
-    if (previous != nullptr && p.begin_ns - previous->end_ns > longest_wait) {
-      longest_wait = p.begin_ns - previous->end_ns;
-      wait_at = previous->end_ns;
-      planned = previous->sleep_until_ns - previous->end_ns;
-    }
     if (p.end_ns - p.begin_ns > longest_pass) {
       longest_pass = p.end_ns - p.begin_ns;
       pass_at = p.begin_ns;
       pass_batches = p.batches;
     }
     most_in_flight = std::max(most_in_flight, static_cast<int>(p.in_flight));
-    previous = &p;
   }
-  if (count == 0) return "no pass in the cluster's first milliseconds";
   char buffer[320];
   std::snprintf(buffer, sizeof buffer,
                 "%lld passes from 1 ms before the largest cluster to 3 ms into it; longest wait "
                 "%.0f us at t=%.3f ms (planned: %s%.0f us); longest pass %.0f us at t=%.3f ms "
                 "(%d batches); most batches in flight %d",
                 static_cast<long long>(count), longest_wait * 1e-3, (wait_at - start_ns) * 1e-6,
-                planned > 1'000'000'000'000 ? "no wake-up, " : "",
-                planned > 1'000'000'000'000 ? 0.0 : planned * 1e-3, longest_pass * 1e-3,
-                (pass_at - start_ns) * 1e-6, pass_batches, most_in_flight);
+                no_wake_up ? "no wake-up, " : "", no_wake_up ? 0.0 : planned * 1e-3,
+                longest_pass * 1e-3, (pass_at - start_ns) * 1e-6, pass_batches, most_in_flight);
   return buffer;
 }
 
-// The run's start, bin by bin ("0-1 ms: 583 requests, latency max 2768 us; 1-2 ms: ..."): the
+// The run's start, bin by bin ("0-1 ms: 583, max 2768 us; 1-2 ms: ..."): the
 // requests arriving in each of the first `bins` bins of `bin_ns`, and their largest latency.
 inline std::string DescribeStart(const std::vector<std::int64_t>& arrival_ns,
                                  const std::vector<std::int64_t>& latency_ns,

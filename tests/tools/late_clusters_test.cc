@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <vector>
 
 namespace attnrt::tools {
@@ -85,6 +87,24 @@ TEST(LateClustersTest, DescribePassesAtTheLargestCluster) {
   EXPECT_NE(text.find("longest pass 6 us at t=2.000 ms (3 batches)"), std::string::npos) << text;
   EXPECT_NE(text.find("most batches in flight 2"), std::string::npos) << text;
   EXPECT_EQ(DescribePassesAt(LateClusters{}, passes, start), "no passes recorded");
+}
+
+// One sleep spanning the whole window (no pass begins in it) is the wait the line names; a
+// trace whose first pass lies past the window says so.
+TEST(LateClustersTest, DescribePassesAtAWaitSpanningTheCluster) {
+  const std::int64_t start = 1'000'000'000;
+  const std::int64_t never = std::numeric_limits<std::int64_t>::max();
+  const std::vector<Pass> passes = {{start, start + 1'000, never, 0, 0},
+                                    {start + 9'001'000, start + 9'003'000, never, 1, 1}};
+  LateClusters c;
+  c.largest.push_back({2'000'000, 2'500'000, 50, 7'000'000, 0});
+  const std::string text = DescribePassesAt(c, passes, start);
+  EXPECT_NE(text.find("0 passes from 1 ms before"), std::string::npos) << text;
+  EXPECT_NE(text.find("longest wait 9000 us at t=0.001 ms (planned: no wake-up, 0 us)"),
+            std::string::npos)
+      << text;
+  const std::vector<Pass> late = {{start + 5'001'000, start + 5'002'000, never, 0, 0}};
+  EXPECT_EQ(DescribePassesAt(c, late, start), "the trace no longer holds the largest cluster");
 }
 
 TEST(LateClustersTest, DescribeStartBinsTheFirstArrivals) {

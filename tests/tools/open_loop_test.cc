@@ -101,7 +101,7 @@ TEST(OpenLoopTest, WarmupArrivalsAreCountedApart) {
 TEST(OpenLoopTest, PassTraceDescribesTheBatchingThread) {
   FakeExecutor executor(Staging(false));
   OpenLoopConfig c = SmallLoad();
-  c.pass_trace = 4096;
+  c.pass_trace = 1 << 16;  // every pass of the run
   const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->failures(), 0) << r->first_error;
