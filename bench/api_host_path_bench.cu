@@ -1281,6 +1281,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     if (capacity_gpu_us == 0 || gpu_us < capacity_gpu_us) capacity_gpu_us = gpu_us;
   }
   capacity_watchdog.reset();
+  const double bound_us = kWindowUs + 2 * cap->step_us;  // the 70%-load bound
   auto run = [&](double rate, std::uint64_t seed) {
     const auto watchdog =
         WatchRun("open-loop run at " + std::to_string(rate) + " req/s", duration_s + 40);
@@ -1299,8 +1300,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.warmup = kSaturationWarmup;
     c.keep_latencies = true;  // the 70%-load runs are pooled
     c.seed = seed;
-    c.late_threshold = std::chrono::microseconds(
-        static_cast<std::int64_t>(kWindowUs + 2 * cap->step_us));  // the 70%-load bound
+    c.late_threshold = std::chrono::microseconds(static_cast<std::int64_t>(bound_us));
     auto r = tools::RunOpenLoop(c, ex->get());
     if (!r.ok()) Die("open loop: " + r.status().ToString());
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
@@ -1350,12 +1350,14 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     loaded_rejected += r.rejected;
     loaded_submitted += r.submitted_per_s / kLoadedRuns;
   }
-  const tools::OpenLoopResult& loaded = loaded_runs.front();  // the runs' medians, below
   const double pooled_p99_us = tools::PercentileOfSorted(pooled, 0.99) * 1e-3;
   const double pooled_p99_with_warmup_us =
       tools::PercentileOfSorted(pooled_with_warmup, 0.99) * 1e-3;
-  std::vector<double> run_p99s;
-  for (const tools::OpenLoopResult& r : loaded_runs) run_p99s.push_back(r.p99_us);
+  std::vector<double> run_p99s, run_executor_p50s;
+  for (const tools::OpenLoopResult& r : loaded_runs) {
+    run_p99s.push_back(r.p99_us);
+    run_executor_p50s.push_back(r.executor_p50_us);
+  }
   Saturation s;
   s.capacity = cap->throughput_per_s;
   s.step_us = cap->step_us;
@@ -1366,7 +1368,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   s.p99_70_us = loaded_rejected > 0 ? 1e9 : pooled_p99_us;
   s.p99_70_with_warmup_us = loaded_rejected > 0 ? 1e9 : pooled_p99_with_warmup_us;
   s.p99_70_runs_us = run_p99s;
-  s.bound_us = kWindowUs + 2 * cap->step_us;
+  s.bound_us = bound_us;
   s.submitted_1_5x = sat.submitted_per_s;
   s.producers = producers;
   if (!s.overloaded()) {
@@ -1379,12 +1381,12 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
               static_cast<double>(loaded_rejected));
   std::printf("saturation B=%d T=%d%s: capacity %.0f req/s (step %.1f us), 1.5x offered -> %.0f req/s = "
               "%.3f x (of batch / piece event time %.0f req/s: %.3f x); 70%% load p99 %.0f us "
-              "(%d runs pooled: %s; %.0f with their warm-ups; executor p50 %.0f) vs bound %.0f "
-              "us\n",
+              "(%d runs pooled: %s; %.0f with their warm-ups; executor p50 %.0f, the runs' median) "
+              "vs bound %.0f us\n",
               batch, context, variation.Name().c_str(), s.capacity, s.step_us,
               sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, s.p99_70_us,
               kLoadedRuns, JoinNumbers(run_p99s, "%.0f").c_str(), s.p99_70_with_warmup_us,
-              loaded.executor_p50_us, s.bound_us);
+              tools::Median(run_executor_p50s), s.bound_us);
   return s;
 }
 

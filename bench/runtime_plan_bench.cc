@@ -109,11 +109,12 @@ void BM_PlanAtBlockBoundary128(benchmark::State& state) {
     state.PauseTiming();
     if (next + kBatch > kSequences) {
       // Grow every sequence to the next boundary (15 more tokens), then cross it in batches.
+      const int bs = f.shape.block_size;
       std::vector<kvcache::BlockCopy> copies;
       for (SequenceId id = 0; id < kSequences; ++id) {
         const bool ok = f.planner.WithTable([&](kvcache::SequenceTable& t) {
           const int length = *t.Length(id, 0);
-          const int to_boundary = (16 - length % 16) % 16;
+          const int to_boundary = (bs - length % bs) % bs;
           return to_boundary == 0 ||
                  t.Append(id, kvcache::SequenceTable::kAllLayers, to_boundary, &copies).ok();
         });

@@ -461,7 +461,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   const std::int64_t threshold_ns =
       config.late_threshold.count() > 0
           ? std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_threshold).count()
-          : static_cast<std::int64_t>(PercentileOfSorted(all, 0.99));
+          : static_cast<std::int64_t>(result.p99_with_warmup_us * 1e3);
   result.start = DescribeStart(arrival_ns, latency_ns, 1'000'000, 8);
   result.late = FindLateClusters(
       arrival_ns, latency_ns, submit_late_ns, threshold_ns,
