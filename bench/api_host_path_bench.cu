@@ -1776,7 +1776,7 @@ int main(int argc, char** argv) {
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
           "  --batcher-spin-us N  the saturation schedulers' batcher_spin (default -1: auto)\n"
           "  --pass-trace     the saturation schedulers keep the batching thread's passes\n"
-          "                   (SchedulerOptions::pass_trace); each 70%-load run prints them\n"
+          "                   (SchedulerOptions::pass_trace); each 70%%-load run prints them\n"
           "                   around its largest cluster of late requests\n"
           "  --producers N    the saturation open loops' submitting threads (default: 4 at max\n"
           "                   batch 32, 8 at 128)\n"
