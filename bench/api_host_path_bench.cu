@@ -1068,6 +1068,33 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
     first += b;
   }
   std::printf("    the first pieces (us): %s\n", first.c_str());
+  // The pieces whose stages add up to the most (plan to outputs copied out), by their index in
+  // the run: a stall of the executor's threads or of the GPU for milliseconds holds every batch
+  // slot, and the scheduler's queue (not the executor's p99) shows it.
+  auto total = [](const runtime::PieceTimings& p) {
+    return p.plan_us + p.queue_us + p.pack_us + p.launch_us + p.gpu_us + p.handoff_us +
+           p.wait_us + p.copy_out_us;
+  };
+  std::vector<std::size_t> order(t.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const std::size_t worst_n = std::min<std::size_t>(order.size(), 3);
+  std::partial_sort(order.begin(), order.begin() + worst_n, order.end(),
+                    [&](std::size_t a, std::size_t b) { return total(t[a]) > total(t[b]); });
+  const auto over_ms = std::count_if(t.begin(), t.end(), [&](const runtime::PieceTimings& p) {
+    return total(p) > 1000.0;
+  });
+  std::string worst;
+  for (std::size_t w = 0; w < worst_n; ++w) {
+    const runtime::PieceTimings& p = t[order[w]];
+    char b[224];
+    std::snprintf(b, sizeof b, "%s#%zu %.0f: plan %.1f, queued %.1f, pack %.1f, launch %.1f, "
+                  "gpu %.1f, taken %.1f, seen done %.1f, copied out %.1f", w == 0 ? "" : "; ",
+                  order[w], total(p), p.plan_us, p.queue_us, p.pack_us, p.launch_us, p.gpu_us,
+                  p.handoff_us, p.wait_us, p.copy_out_us);
+    worst += b;
+  }
+  std::printf("    pieces over 1 ms in all: %lld; the longest (us): %s\n",
+              static_cast<long long>(over_ms), worst.c_str());
   return median(&runtime::PieceTimings::gpu_us);
 }
 
