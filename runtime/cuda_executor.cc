@@ -492,8 +492,12 @@ std::size_t CudaExecutor::KnownDeviceAllocationsForTesting() const {
 }
 
 std::vector<PieceTimings> CudaExecutor::TakeTimings() {
-  MutexLock lock(&impl_->mu);
-  return std::exchange(impl_->timings, {});
+  std::deque<PieceTimings> taken;
+  {
+    MutexLock lock(&impl_->mu);
+    taken.swap(impl_->timings);
+  }
+  return {taken.begin(), taken.end()};
 }
 
 std::string CudaExecutorMemory::ToString() const {
