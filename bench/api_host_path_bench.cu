@@ -1114,6 +1114,9 @@ struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
   double p99_70_with_warmup_us = 0;  // the 70%-load runs' p99 with their warm-ups counted
   std::vector<double> p99_70_runs_us;  // each 70%-load run's own p99 (after its warm-up)
+  // Each 70%-load run's host canary: its wake-ups' lateness over kCanaryThreshold, summed (ms;
+  // milliseconds of it mean the host stopped the process's threads, not the runtime).
+  std::vector<double> canary_late_ms_70_runs;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
   // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-26) a
   // piece's events also span its wait behind the previous piece's compute, so this understates
@@ -1232,6 +1235,9 @@ std::string JoinNumbers(const std::vector<double>& v, const char* format,
 // warmup; the summary keeps the p99 with it too): the first ~8 ms after a scheduler's creation
 // were its cold start on the H200 (2026-11-29).
 constexpr std::chrono::milliseconds kSaturationWarmup{20};
+// The saturation runs' host canary (tools/host_canary.h): a wake-up every 100 us; one later than
+// 200 us (a few tens of microseconds on an idle core) is logged as a stall of the host.
+constexpr std::chrono::microseconds kCanaryPeriod{100}, kCanaryThreshold{200};
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
@@ -1328,6 +1334,8 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.keep_latencies = true;  // the 70%-load runs are pooled
     c.seed = seed;
     c.late_threshold = std::chrono::microseconds(static_cast<std::int64_t>(bound_us));
+    c.host_canary_period = kCanaryPeriod;
+    c.host_canary_threshold = kCanaryThreshold;
     auto r = tools::RunOpenLoop(c, ex->get());
     if (!r.ok()) Die("open loop: " + r.status().ToString());
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
@@ -1344,6 +1352,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   constexpr int kLoadedRuns = 3;
   std::vector<tools::OpenLoopResult> loaded_runs;
   std::vector<std::int64_t> pooled, pooled_with_warmup;
+  std::vector<double> canary_late_ms;  // each run's host canary, its late wake-ups summed
   for (int i = 0; i < kLoadedRuns; ++i) {
     reset();
     tools::OpenLoopResult r = run(0.7 * cap->throughput_per_s, 1 + i);
@@ -1358,6 +1367,9 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                 r.scheduler_latency_p99_us);
     if (!r.passes.empty()) std::printf("  70%% load, run %d, batching thread: %s\n", i + 1,
                                        r.passes.c_str());
+    std::printf("  70%% load, run %d, host canary: %s; %.0f us of it in the largest cluster\n",
+                i + 1, r.canary.c_str(), r.canary_in_largest_cluster_us);
+    canary_late_ms.push_back(r.canary_late_ms);
     std::printf("  70%% load, run %d, start: %s; the first %lld ms (%lld requests, latency max "
                 "%.0f us) are a warm-up\n", i + 1, r.start.c_str(),
                 static_cast<long long>(kSaturationWarmup.count()),
@@ -1395,6 +1407,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   s.p99_70_us = loaded_rejected > 0 ? 1e9 : pooled_p99_us;
   s.p99_70_with_warmup_us = loaded_rejected > 0 ? 1e9 : pooled_p99_with_warmup_us;
   s.p99_70_runs_us = run_p99s;
+  s.canary_late_ms_70_runs = canary_late_ms;
   s.bound_us = bound_us;
   s.submitted_1_5x = sat.submitted_per_s;
   s.producers = producers;
@@ -1439,6 +1452,9 @@ std::string LongSaturationJson(int context, const Saturation& b32, const Saturat
             ", \"p99_70_runs_" + key + "_us\": " +
             (context == 0 ? std::string("null")
                           : "[" + JoinNumbers(s.p99_70_runs_us, "%.1f", ", ") + "]") +
+            ", \"canary_late_ms_70_runs_" + key + "\": " +
+            (context == 0 ? std::string("null")
+                          : "[" + JoinNumbers(s.canary_late_ms_70_runs, "%.2f", ", ") + "]") +
             ", \"bound_" + key + "_us\": " + number(s.bound_us, "%.1f") +
             ", \"capacity_" + key + "\": " + number(s.capacity, "%.0f") +
             ", \"submitted_1_5x_" + key + "\": " + number(s.submitted_1_5x, "%.0f") +
@@ -1709,6 +1725,8 @@ int Run(const Options& o) {
                " \"p99_70_warmup_ms\": %lld, \"p99_70_with_warmup_b32_us\": %.1f, "
                "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld,\n"
                " \"p99_70_runs_b32_us\": [%s], \"p99_70_runs_b128_us\": [%s],\n"
+               " \"canary_late_ms_70_runs_b32\": [%s], \"canary_late_ms_70_runs_b128\": [%s], "
+               "\"canary_period_us\": %lld, \"canary_threshold_us\": %lld,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
@@ -1731,6 +1749,10 @@ int Run(const Options& o) {
                s128.p99_70_with_warmup_us, static_cast<long long>(o.batcher_spin.count()),
                JoinNumbers(s32.p99_70_runs_us, "%.1f", ", ").c_str(),
                JoinNumbers(s128.p99_70_runs_us, "%.1f", ", ").c_str(),
+               JoinNumbers(s32.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
+               JoinNumbers(s128.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
+               static_cast<long long>(kCanaryPeriod.count()),
+               static_cast<long long>(kCanaryThreshold.count()),
                s32.capacity,
                s128.capacity,
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,

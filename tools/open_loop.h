@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include "runtime/executor.h"
 #include "scheduler/scheduler.h"
+#include "tools/host_canary.h"
 #include "tools/late_clusters.h"
 #include "tools/percentile.h"
 
@@ -76,6 +78,11 @@ struct OpenLoopConfig {
   // SchedulerOptions::pass_trace: with it, OpenLoopResult::passes describes the batching
   // thread around the largest cluster of late requests.
   int pass_trace = 0;
+  // A HostCanary beside the run (OpenLoopResult::canary...): a thread waking every
+  // host_canary_period, its wake-ups later than host_canary_threshold logged. A stall of the
+  // host stops it as it stops the runtime's threads; a stall of the runtime does not. 0: none.
+  std::chrono::microseconds host_canary_period{0};
+  std::chrono::microseconds host_canary_threshold{200};
 };
 
 // What is expected and what is a failure. The harness sets no deadline and cancels nothing, so
@@ -124,6 +131,12 @@ struct OpenLoopResult {
   LateClusters late;  // where the tail lies in the run (OpenLoopConfig::late_threshold)
   std::string start;  // the first 8 ms in bins of 1 ms (DescribeStart)
   std::string passes;  // with OpenLoopConfig::pass_trace: DescribePassesAt the largest cluster
+  // With OpenLoopConfig::host_canary_period: CanaryLog::Describe, the canary's late wake-ups
+  // (-1: no canary), and how much of their lateness lies in the largest late cluster (from 1 ms
+  // before its first arrival to its last).
+  std::string canary;
+  std::int64_t canary_stalls = -1;
+  double canary_longest_us = 0, canary_late_ms = 0, canary_in_largest_cluster_us = 0;
 };
 
 // Builds (or hands out a cached, idle) executor for one configuration: it must accept batches of
@@ -308,6 +321,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   // requests at max batch 32, H200, 2026-11-29).
   constexpr auto kStartLead = std::chrono::microseconds(500);
   Clock::time_point start;
+  std::optional<HostCanary> canary;  // OpenLoopConfig::host_canary_period
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   auto produce = [&](int p) {
@@ -362,6 +376,9 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     }
     while (ready.load(std::memory_order_acquire) < config.producers - 1) std::this_thread::yield();
     start = Clock::now() + kStartLead;
+    if (config.host_canary_period.count() > 0) {
+      canary.emplace(start, config.host_canary_period, config.host_canary_threshold);
+    }
     go.store(true, std::memory_order_release);
     produce(0);
     for (std::thread& t : threads) t.join();
@@ -390,6 +407,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   const Clock::time_point end = Clock::now();
+  const CanaryLog* canary_log = canary ? &canary->Stop() : nullptr;
   const scheduler::MetricsSnapshot m = sched->Metrics();
   const std::vector<scheduler::BatcherPass> passes = sched->RecentPasses();
   producers.clear();  // a Producer must not outlive its scheduler
@@ -466,6 +484,17 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.late = FindLateClusters(
       arrival_ns, latency_ns, submit_late_ns, threshold_ns,
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_gap).count());
+  if (canary_log != nullptr) {
+    result.canary = canary_log->Describe();
+    result.canary_stalls = canary_log->stall_count();
+    result.canary_longest_us = canary_log->longest().late_ns * 1e-3;
+    result.canary_late_ms = canary_log->late_total_ns() * 1e-6;
+    if (!result.late.largest.empty()) {
+      const LateCluster& c = result.late.largest.front();
+      result.canary_in_largest_cluster_us =
+          canary_log->StalledDuring(c.first_arrival_ns - 1'000'000, c.last_arrival_ns) * 1e-3;
+    }
+  }
   if (config.pass_trace > 0) {
     // The scheduler's clock is the steady clock (RunOpenLoop gives it no other).
     const std::int64_t start_ns =

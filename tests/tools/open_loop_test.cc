@@ -114,6 +114,27 @@ TEST(OpenLoopTest, PassTraceDescribesTheBatchingThread) {
   EXPECT_TRUE(off->passes.empty());
 }
 
+// With host_canary_period a canary thread runs beside the load and the result reports it; the
+// run's duration bounds its wake-ups (one a period at most, from kStartLead before the start).
+TEST(OpenLoopTest, HostCanaryReportsItsWakeUps) {
+  FakeExecutor executor(Staging(false));
+  OpenLoopConfig c = SmallLoad();
+  c.host_canary_period = std::chrono::microseconds(500);
+  c.host_canary_threshold = std::chrono::microseconds(200);
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failures(), 0) << r->first_error;
+  EXPECT_GE(r->canary_stalls, 0);
+  EXPECT_NE(r->canary.find("wake-ups late by over 200 us"), std::string::npos) << r->canary;
+  EXPECT_GE(r->canary_in_largest_cluster_us, 0.0);
+  EXPECT_LE(r->canary_in_largest_cluster_us, r->canary_late_ms * 1e3);
+  c.host_canary_period = std::chrono::microseconds(0);
+  const StatusOr<OpenLoopResult> off = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->canary_stalls, -1);
+  EXPECT_TRUE(off->canary.empty());
+}
+
 TEST(OpenLoopTest, HostRequestsAreStagedByTheScheduler) {
   FakeExecutor executor(Staging(false));
   const StatusOr<OpenLoopResult> r = RunOpenLoop(SmallLoad(), &executor);
