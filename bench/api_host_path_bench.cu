@@ -94,6 +94,10 @@ struct Options {
   // (--pass-trace: the batching thread around each 70%-load run's largest late cluster).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
   bool pass_trace = false;
+  // The saturation runs' tools::OpenLoopConfig::tokens_per_sequence (and their capacity runs'):
+  // each request attends over the reset length plus fewer than this many tokens; 0: the
+  // sequences grow a token a round through each run (--tokens-per-sequence).
+  int tokens_per_sequence = 32;
   // Their open loops' submitting threads (--producers); 0: ProducersFor(max batch).
   int producers = 0;
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
@@ -538,6 +542,7 @@ struct Variation {
   int completion_threads = defaults::kCompletionThreads;                // likewise
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};   // likewise
   bool pass_trace = false;                                              // likewise
+  int tokens_per_sequence = 32;                                         // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
   // Their executors' CudaExecutorOptions::busy_gather_max_rows (-1: its default; 0: staged
@@ -568,6 +573,7 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.completion_threads = o.completion_threads;
   v.batcher_spin = o.batcher_spin;
   v.pass_trace = o.pass_trace;
+  v.tokens_per_sequence = o.tokens_per_sequence;
   v.producers = o.producers;
   v.device_memory_requests = o.device_memory_requests;
   return v;
@@ -1283,11 +1289,15 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   (void)(*ex)->TakeTimings();
   const int producers = variation.producers > 0 ? variation.producers : ProducersFor(batch);
   std::printf("  prefilled %d sequences of %d tokens in %.2f s; pack threads %d, buffers %d, mapped "
-              "staging %s, completion threads %d, producers %d, requests in %s memory\n",
+              "staging %s, completion threads %d, producers %d, requests in %s memory, %s\n",
               sequences, context, prefill_s, variation.pack_threads, variation.buffers,
               StagingName(variation.mapped_staging_bytes).c_str(),
               variation.completion_threads, producers,
-              variation.device_memory_requests ? "device-visible" : "host");
+              variation.device_memory_requests ? "device-visible" : "host",
+              variation.tokens_per_sequence > 0
+                  ? ("a generation of forks every " +
+                     std::to_string(variation.tokens_per_sequence) + " rounds").c_str()
+                  : "the sequences growing a token a round");
   // The best of the closed-loop runs (each from the same lengths): two with host-memory
   // requests (the copy path) and, when the executor offers staging memory, two with requests
   // staged there (the in-place path the scheduler's mapped records take). A stricter
@@ -1300,12 +1310,17 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   for (int staged = 0; staged <= (staged_capacity ? 1 : 0); ++staged) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (staged == 1 || attempt > 0) reset();  // the first run starts from the reset above
-      auto c = tools::MeasureExecutorCapacity(ex->get(), batch, sequences, duration_s,
-                                              staged == 1);
+      auto c = tools::MeasureExecutorCapacity(
+          ex->get(), batch, sequences, duration_s, staged == 1, variation.tokens_per_sequence,
+          static_cast<std::int64_t>(max_rate * duration_s));
       if (!c.ok()) Die("capacity: " + c.status().ToString());
-      std::printf("  capacity run %d, %s: %.0f req/s (step %.1f us)\n", attempt + 1,
+      std::printf("  capacity run %d, %s: %.0f req/s (step %.1f us)%s\n", attempt + 1,
                   staged ? "staged (in place)" : "host memory (copied)", c->throughput_per_s,
-                  c->step_us);
+                  c->step_us,
+                  c->timed_forks > 0
+                      ? (", " + std::to_string(c->timed_forks) + " forks inside the timed loop")
+                            .c_str()
+                      : "");
       if (!cap.ok() || c->throughput_per_s > cap->throughput_per_s) cap = c;
     }
     const double gpu_us =
@@ -1329,6 +1344,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.completion_threads = variation.completion_threads;
     c.batcher_spin = variation.batcher_spin;
     c.pass_trace = variation.pass_trace ? scheduler::kMaxPassTrace : 0;
+    c.tokens_per_sequence = variation.tokens_per_sequence;
     c.device_memory_requests = variation.device_memory_requests;
     c.warmup = kSaturationWarmup;
     c.keep_latencies = true;  // the 70%-load runs are pooled
@@ -1726,7 +1742,8 @@ int Run(const Options& o) {
                "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld,\n"
                " \"p99_70_runs_b32_us\": [%s], \"p99_70_runs_b128_us\": [%s],\n"
                " \"canary_late_ms_70_runs_b32\": [%s], \"canary_late_ms_70_runs_b128\": [%s], "
-               "\"canary_period_us\": %lld, \"canary_threshold_us\": %lld,\n"
+               "\"canary_period_us\": %lld, \"canary_threshold_us\": %lld, "
+               "\"saturation_tokens_per_sequence\": %d,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
                " \"saturation_gpu_b32\": %.3f, \"saturation_gpu_b128\": %.3f, "
                "\"gpu_capacity_b32\": %.0f, \"gpu_capacity_b128\": %.0f,\n"
@@ -1752,7 +1769,7 @@ int Run(const Options& o) {
                JoinNumbers(s32.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
                JoinNumbers(s128.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
                static_cast<long long>(kCanaryPeriod.count()),
-               static_cast<long long>(kCanaryThreshold.count()),
+               static_cast<long long>(kCanaryThreshold.count()), o.tokens_per_sequence,
                s32.capacity,
                s128.capacity,
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,
@@ -1827,6 +1844,10 @@ int main(int argc, char** argv) {
           "  --pass-trace     the saturation schedulers keep the batching thread's passes\n"
           "                   (SchedulerOptions::pass_trace); each 70%%-load run prints them\n"
           "                   around its largest cluster of late requests\n"
+          "  --tokens-per-sequence G  the saturation runs' requests go to forks of the reset\n"
+          "                   sequences, a new generation every G rounds, so each attends over\n"
+          "                   T..T+G-1 tokens (default 32); 0: the sequences themselves, which\n"
+          "                   grow a token a round (at T=512, by 290-520 tokens a 0.5 s run)\n"
           "  --producers N    the saturation open loops' submitting threads (default: 4 at max\n"
           "                   batch 32, 8 at 128)\n"
           "  --device-memory-saturation  the saturation open loops submit requests whose q/k/v\n"
@@ -1873,6 +1894,12 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--pass-trace") {
       o.pass_trace = true;
+    } else if (a == "--tokens-per-sequence") {
+      o.tokens_per_sequence = std::atoi(value("--tokens-per-sequence").c_str());
+      if (o.tokens_per_sequence < 0 || o.tokens_per_sequence > 4096) {
+        std::fprintf(stderr, "api_host_path_bench: --tokens-per-sequence must be 0..4096\n");
+        return 2;
+      }
     } else if (a == "--batcher-spin-us") {
       const long long us = std::atoll(value("--batcher-spin-us").c_str());
       if (us < -1 || us > 1'000'000) {

@@ -40,6 +40,11 @@ struct OpenLoopConfig {
   int max_batch = 32;                        // SchedulerOptions::max_batch_size
   double duration_s = 0.25;                  // arrivals are generated for this long
   int num_sequences = 4096;                  // request i decodes sequence i % num_sequences
+  // 0: as above, every sequence growing a token a round over the run. G > 0: the sequences
+  // [0, num_sequences) stay at their lengths and request i decodes a fork of sequence
+  // i % num_sequences, a new generation of forks every G rounds (SequenceGenerations): every
+  // request attends over its parent's length plus fewer than G tokens.
+  int tokens_per_sequence = 0;
   int max_queue_size = defaults::kMaxQueueSize;
   std::uint64_t seed = 1;
   // Submitting threads, each with its own Scheduler::Producer; arrival i is submitted by thread
@@ -178,6 +183,71 @@ inline Status ResetSequences(runtime::Executor* executor, int n, int context,
   return Status::Ok();
 }
 
+// Sequences whose lengths stay put over a run. Request i going to sequence i % parents, each
+// sequence grows a token a round: over a 0.5 s run at T=512 with 1,024 sequences that was 290
+// to 520 tokens, so a run's late part attended over 1.5-2x the context it was said to (H200,
+// 2026-11-29: the 70%-load runs' late clusters all lay in their last 60 ms; the load there was
+// ~0.95 of the capacity at those lengths, not 0.7). Here the parents [0, parents) keep their
+// lengths and request i decodes a fork of parent i % parents: generation g = i / (parents * G)
+// of forks (ids parents + g * parents + j) takes G rounds, so every request attends over its
+// parent's length plus fewer than G tokens. A fork shares its parent's blocks (a parent whose
+// length is a multiple of the block size: nothing copied, the new tokens in new blocks).
+// G = 0: request i decodes parent i % parents itself (the lengths grow).
+// Thread safety: none; IdFor is const.
+class SequenceGenerations {
+ public:
+  SequenceGenerations(runtime::Executor* executor, int parents, int tokens_per_sequence)
+      : executor_(executor), parents_(parents), tokens_(tokens_per_sequence) {}
+  SequenceGenerations(const SequenceGenerations&) = delete;
+  SequenceGenerations& operator=(const SequenceGenerations&) = delete;
+  ~SequenceGenerations() { (void)FreeForks(); }
+
+  runtime::SequenceId IdFor(std::int64_t i) const {
+    const std::int64_t j = i % parents_;
+    if (tokens_ <= 0) return static_cast<runtime::SequenceId>(j);
+    return static_cast<runtime::SequenceId>(parents_ * (1 + Generation(i)) + j);
+  }
+
+  // Forks each generation up to the one request i decodes in (every parent's fork).
+  Status ForkThrough(std::int64_t i) {
+    if (tokens_ <= 0) return Status::Ok();
+    for (const std::int64_t last = Generation(i); forked_ <= last; ++forked_) {
+      for (int j = 0; j < parents_; ++j) {
+        const runtime::SequenceId child =
+            static_cast<runtime::SequenceId>(parents_ * (1 + forked_) + j);
+        ATTNRT_RETURN_IF_ERROR(executor_->ForkSequence(j, child));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Frees every fork; the parents stay. Call with nothing of theirs in flight.
+  Status FreeForks() {
+    Status first = Status::Ok();
+    for (std::int64_t g = 0; g < forked_; ++g) {
+      for (int j = 0; j < parents_; ++j) {
+        const Status s = executor_->FreeSequence(
+            static_cast<runtime::SequenceId>(parents_ * (1 + g) + j));
+        if (first.ok() && !s.ok()) first = s;
+      }
+    }
+    forked_ = 0;
+    return first;
+  }
+
+  std::int64_t generations() const { return forked_; }
+
+ private:
+  std::int64_t Generation(std::int64_t i) const {
+    return i / (static_cast<std::int64_t>(parents_) * tokens_);
+  }
+
+  runtime::Executor* const executor_;
+  const int parents_;
+  const int tokens_;
+  std::int64_t forked_ = 0;  // generations [0, forked_) exist
+};
+
 // n FP16 values uniform in [-1, 1]: the harness's q/k/v, and the prefill check_outputs needs.
 inline std::vector<Half> UniformHalves(std::mt19937_64& rng, std::size_t n) {
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
@@ -262,6 +332,8 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     arrival_ns.push_back(static_cast<std::int64_t>(t * 1e9));
   }
   const std::size_t n = arrival_ns.size();
+  SequenceGenerations sequences(executor, config.num_sequences, config.tokens_per_sequence);
+  if (n > 0) ATTNRT_RETURN_IF_ERROR(sequences.ForkThrough(static_cast<std::int64_t>(n) - 1));
   std::vector<std::int64_t> latency_ns(n, -1);
   std::vector<std::int64_t> submit_late_ns(n, 0);  // written by request i's producer
   // Results land in a ring of output rows (request i in row i % rows), poisoned with NaN before
@@ -334,7 +406,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
       }
       submit_late_ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - due).count();
       scheduler::DecodeRequest r;
-      r.sequence_id = static_cast<runtime::SequenceId>(i % config.num_sequences);
+      r.sequence_id = sequences.IdFor(static_cast<std::int64_t>(i));
       const std::size_t row = i % rows;
       r.q = {q_rows + row * q_stride, q_elems};
       r.k = {k_rows + row * kv_stride, kv_elems};
@@ -412,6 +484,10 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   const std::vector<scheduler::BatcherPass> passes = sched->RecentPasses();
   producers.clear();  // a Producer must not outlive its scheduler
   sched->Shutdown();  // no completion runs after this
+  if (const Status freed = sequences.FreeForks(); !freed.ok()) {
+    first_error.Record("freeing the run's forks: " + freed.ToString());
+    ++result.failed;
+  }
 
   for (std::size_t i = 0; i < n; ++i) {
     if (intake[i] != Intake::kAccepted) continue;
@@ -517,14 +593,22 @@ struct CapacityResult {
   double elapsed_s = 0;
   double throughput_per_s = 0;  // requests completed per second
   double step_us = 0;           // elapsed / batches: the pipelined time of one batch
+  std::int64_t timed_forks = 0;  // forks made inside the timed loop (tokens_per_sequence)
 };
 
 // `staged`: every request's q/k/v/out/lse lie in the executor's staging_memory() and go as
 // MemoryKind::kDevice (read and written in place, as a scheduler's records staged in mapped
 // memory are); FailedPrecondition when the executor offers no staging memory.
+// `tokens_per_sequence`: as OpenLoopConfig's (SequenceGenerations): the generations of the
+// first `prefork_requests` requests are forked before the clock starts (a fork waits for the
+// batches planned before it to launch, so forking inside the timed loop stalls the pipeline),
+// any further one when its first batch is formed (CapacityResult::timed_forks); every fork is
+// freed at the end.
 inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* executor, int batch,
                                                         int num_sequences, double duration_s,
-                                                        bool staged = false) {
+                                                        bool staged = false,
+                                                        int tokens_per_sequence = 0,
+                                                        std::int64_t prefork_requests = 0) {
   if (batch < 1 || batch > num_sequences) {
     return InvalidArgumentError("batch = " + std::to_string(batch) +
                                 ", expected 1 <= batch <= num_sequences = " +
@@ -563,14 +647,20 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   const Clock::time_point stop = start + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(duration_s));
   std::int64_t submitted = 0;
-  int next_sequence = 0;
+  SequenceGenerations sequences(executor, num_sequences, tokens_per_sequence);
+  if (prefork_requests > 0) ATTNRT_RETURN_IF_ERROR(sequences.ForkThrough(prefork_requests - 1));
+  const std::int64_t preforked = sequences.generations();
+  std::int64_t next_request = 0;
   while (Clock::now() < stop) {
+    if (const Status forked = sequences.ForkThrough(next_request + batch - 1); !forked.ok()) {
+      executor->Wait();
+      return forked;
+    }
     runtime::Batch b;
     b.requests.resize(batch);
     for (int j = 0; j < batch; ++j) {
       runtime::BatchRequest& r = b.requests[j];
-      r.sequence_id = static_cast<runtime::SequenceId>(next_sequence);
-      next_sequence = (next_sequence + 1) % num_sequences;
+      r.sequence_id = sequences.IdFor(next_request++);
       if (staged) {
         Half* slot = staging.get() + slot_halves * j;
         r.memory = runtime::MemoryKind::kDevice;
@@ -602,6 +692,8 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   }
   executor->Wait();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::int64_t timed_forks = (sequences.generations() - preforked) * num_sequences;
+  ATTNRT_RETURN_IF_ERROR(sequences.FreeForks());
   if (failed.load() > 0) {
     return InternalError(std::to_string(failed.load()) +
                          " requests failed while measuring capacity; first: " + first_error.Get());
@@ -612,6 +704,7 @@ inline StatusOr<CapacityResult> MeasureExecutorCapacity(runtime::Executor* execu
   r.elapsed_s = elapsed;
   r.throughput_per_s = static_cast<double>(submitted) * batch / elapsed;
   r.step_us = elapsed * 1e6 / static_cast<double>(std::max<std::int64_t>(submitted, 1));
+  r.timed_forks = timed_forks;
   return r;
 }
 

@@ -135,6 +135,77 @@ TEST(OpenLoopTest, HostCanaryReportsItsWakeUps) {
   EXPECT_TRUE(off->canary.empty());
 }
 
+// Request i decodes a fork of parent i % parents, generation i / (parents * G); G = 0: the
+// parent itself.
+TEST(SequenceGenerationsTest, MapsRequestsToGenerationsOfForks) {
+  FakeExecutorOptions o = Staging(false);
+  o.max_sequences = 64;
+  FakeExecutor executor(o);
+  ASSERT_TRUE(EnsureSequences(&executor, 4).ok());
+  ASSERT_TRUE(executor.Prefill(2, 0, 5, nullptr, nullptr).ok());
+  SequenceGenerations g(&executor, 4, 2);
+  EXPECT_EQ(g.IdFor(0), 4u);
+  EXPECT_EQ(g.IdFor(3), 7u);
+  EXPECT_EQ(g.IdFor(7), 7u);   // round 2 of generation 0
+  EXPECT_EQ(g.IdFor(8), 8u);   // generation 1
+  EXPECT_EQ(g.IdFor(18), 14u);  // generation 2, parent 2
+  ASSERT_TRUE(g.ForkThrough(8).ok());
+  EXPECT_EQ(g.generations(), 2);
+  EXPECT_EQ(*executor.SequenceLength(6, 0), 5);  // generation 0's fork of parent 2
+  EXPECT_EQ(*executor.SequenceLength(10, 0), 5);
+  EXPECT_FALSE(executor.HasSequence(12));
+  ASSERT_TRUE(g.ForkThrough(3).ok());  // forked already: nothing more
+  EXPECT_EQ(g.generations(), 2);
+  ASSERT_TRUE(g.FreeForks().ok());
+  for (runtime::SequenceId id = 4; id < 12; ++id) EXPECT_FALSE(executor.HasSequence(id)) << id;
+  EXPECT_EQ(*executor.SequenceLength(2, 0), 5);  // the parents stay
+
+  SequenceGenerations same(&executor, 4, 0);
+  EXPECT_EQ(same.IdFor(9), 1u);
+  ASSERT_TRUE(same.ForkThrough(1000).ok());
+  EXPECT_EQ(same.generations(), 0);
+}
+
+// With tokens_per_sequence the parents keep their lengths through a run and the forks are gone
+// after it; without, the parents take the tokens.
+TEST(OpenLoopTest, TokensPerSequenceKeepsTheParentsLengths) {
+  FakeExecutorOptions o = Staging(false);
+  o.max_sequences = 4096;
+  FakeExecutor executor(o);
+  OpenLoopConfig c = SmallLoad();
+  c.tokens_per_sequence = 4;
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->failures(), 0) << r->first_error;
+  ASSERT_GT(r->completed, c.num_sequences * c.tokens_per_sequence);  // past generation 0
+  for (int j = 0; j < c.num_sequences; ++j) EXPECT_EQ(*executor.SequenceLength(j, 0), 0) << j;
+  EXPECT_FALSE(executor.HasSequence(c.num_sequences));
+  runtime::SequenceId highest = 0;
+  for (const testing::RecordedBatch& b : executor.batches()) {
+    for (const testing::RecordedRequest& q : b.requests) {
+      EXPECT_GE(q.sequence_id, static_cast<runtime::SequenceId>(c.num_sequences));
+      highest = std::max(highest, q.sequence_id);
+    }
+  }
+  EXPECT_GE(highest, static_cast<runtime::SequenceId>(2 * c.num_sequences));
+
+  const StatusOr<CapacityResult> cap = MeasureExecutorCapacity(
+      &executor, 8, c.num_sequences, 0.02, /*staged=*/false, /*tokens_per_sequence=*/4,
+      /*prefork_requests=*/64 * 4);
+  ASSERT_TRUE(cap.ok()) << cap.status().ToString();
+  EXPECT_GT(cap->batches * 8, 64 * 4);  // it ran past the forked generation ...
+  EXPECT_GT(cap->timed_forks, 0);       // ... and forked more inside the loop
+  for (int j = 0; j < c.num_sequences; ++j) EXPECT_EQ(*executor.SequenceLength(j, 0), 0) << j;
+  EXPECT_FALSE(executor.HasSequence(c.num_sequences));
+
+  c.tokens_per_sequence = 0;
+  const StatusOr<OpenLoopResult> grown = RunOpenLoop(c, &executor);
+  ASSERT_TRUE(grown.ok());
+  int total = 0;
+  for (int j = 0; j < c.num_sequences; ++j) total += *executor.SequenceLength(j, 0);
+  EXPECT_EQ(total, grown->completed);
+}
+
 TEST(OpenLoopTest, HostRequestsAreStagedByTheScheduler) {
   FakeExecutor executor(Staging(false));
   const StatusOr<OpenLoopResult> r = RunOpenLoop(SmallLoad(), &executor);
