@@ -188,10 +188,14 @@ inline Status ResetSequences(runtime::Executor* executor, int n, int context,
 // to 520 tokens, so a run's late part attended over 1.5-2x the context it was said to (H200,
 // 2026-11-29: the 70%-load runs' late clusters all lay in their last 60 ms; the load there was
 // ~0.95 of the capacity at those lengths, not 0.7). Here the parents [0, parents) keep their
-// lengths and request i decodes a fork of parent i % parents: generation g = i / (parents * G)
-// of forks (ids parents + g * parents + j) takes G rounds, so every request attends over its
-// parent's length plus fewer than G tokens. A fork shares its parent's blocks (a parent whose
-// length is a multiple of the block size: nothing copied, the new tokens in new blocks).
+// lengths and request i (round r = i / parents) decodes a fork of parent j = i % parents:
+// its generation g = (r + j % G) / G (ids parents + g * parents + j) takes G rounds, so every
+// request attends over its parent's length plus fewer than G tokens. The parents start new
+// generations in turn, parents / G of them a round: generations switched by all parents at
+// once made every round-G batch append to 1,024 fresh forks (their first blocks and table
+// growth), a burst of planning that backed the queue up every ~50 ms (H200, 2026-11-29). A
+// fork shares its parent's blocks (a parent whose length is a multiple of the block size:
+// nothing copied, the new tokens in new blocks).
 // G = 0: request i decodes parent i % parents itself (the lengths grow).
 // Thread safety: none; IdFor is const.
 class SequenceGenerations {
@@ -205,13 +209,16 @@ class SequenceGenerations {
   runtime::SequenceId IdFor(std::int64_t i) const {
     const std::int64_t j = i % parents_;
     if (tokens_ <= 0) return static_cast<runtime::SequenceId>(j);
-    return static_cast<runtime::SequenceId>(parents_ * (1 + Generation(i)) + j);
+    const std::int64_t round = i / parents_;
+    return static_cast<runtime::SequenceId>(parents_ * (1 + (round + j % tokens_) / tokens_) + j);
   }
 
-  // Forks each generation up to the one request i decodes in (every parent's fork).
+  // Forks each generation up to the latest any request up to i decodes in (every parent's
+  // fork of it).
   Status ForkThrough(std::int64_t i) {
     if (tokens_ <= 0) return Status::Ok();
-    for (const std::int64_t last = Generation(i); forked_ <= last; ++forked_) {
+    const std::int64_t round = i / parents_;
+    for (const std::int64_t last = (round + tokens_ - 1) / tokens_; forked_ <= last; ++forked_) {
       for (int j = 0; j < parents_; ++j) {
         const runtime::SequenceId child =
             static_cast<runtime::SequenceId>(parents_ * (1 + forked_) + j);
@@ -238,9 +245,6 @@ class SequenceGenerations {
   std::int64_t generations() const { return forked_; }
 
  private:
-  std::int64_t Generation(std::int64_t i) const {
-    return i / (static_cast<std::int64_t>(parents_) * tokens_);
-  }
 
   runtime::Executor* const executor_;
   const int parents_;

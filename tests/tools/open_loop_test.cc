@@ -135,8 +135,8 @@ TEST(OpenLoopTest, HostCanaryReportsItsWakeUps) {
   EXPECT_TRUE(off->canary.empty());
 }
 
-// Request i decodes a fork of parent i % parents, generation i / (parents * G); G = 0: the
-// parent itself.
+// Request i (round r = i / parents) decodes a fork of parent j = i % parents, generation
+// (r + j % G) / G: the parents start generations in turn. G = 0: the parent itself.
 TEST(SequenceGenerationsTest, MapsRequestsToGenerationsOfForks) {
   FakeExecutorOptions o = Staging(false);
   o.max_sequences = 64;
@@ -146,9 +146,11 @@ TEST(SequenceGenerationsTest, MapsRequestsToGenerationsOfForks) {
   SequenceGenerations g(&executor, 4, 2);
   EXPECT_EQ(g.IdFor(0), 4u);
   EXPECT_EQ(g.IdFor(3), 7u);
-  EXPECT_EQ(g.IdFor(7), 7u);   // round 2 of generation 0
-  EXPECT_EQ(g.IdFor(8), 8u);   // generation 1
-  EXPECT_EQ(g.IdFor(18), 14u);  // generation 2, parent 2
+  EXPECT_EQ(g.IdFor(4), 4u);    // round 1: parent 0 still in generation 0 ...
+  EXPECT_EQ(g.IdFor(5), 9u);    // ... parent 1 in generation 1
+  EXPECT_EQ(g.IdFor(7), 11u);
+  EXPECT_EQ(g.IdFor(8), 8u);    // round 2: parent 0 in generation 1
+  EXPECT_EQ(g.IdFor(18), 14u);  // round 4, parent 2: generation 2
   ASSERT_TRUE(g.ForkThrough(8).ok());
   EXPECT_EQ(g.generations(), 2);
   EXPECT_EQ(*executor.SequenceLength(6, 0), 5);  // generation 0's fork of parent 2
