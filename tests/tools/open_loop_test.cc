@@ -172,7 +172,9 @@ TEST(SequenceGenerationsTest, MapsRequestsToGenerationsOfForks) {
 // after it; without, the parents take the tokens.
 TEST(OpenLoopTest, TokensPerSequenceKeepsTheParentsLengths) {
   FakeExecutorOptions o = Staging(false);
-  o.max_sequences = 4096;
+  // Room for the forks of the capacity run below, which runs as many batches as the fake
+  // executor takes in its 10 ms (a fast host ran past 4,096 ids, 2026-11-29).
+  o.max_sequences = 1 << 20;
   FakeExecutor executor(o);
   OpenLoopConfig c = SmallLoad();
   c.tokens_per_sequence = 4;
@@ -192,7 +194,7 @@ TEST(OpenLoopTest, TokensPerSequenceKeepsTheParentsLengths) {
   EXPECT_GE(highest, static_cast<runtime::SequenceId>(2 * c.num_sequences));
 
   const StatusOr<CapacityResult> cap = MeasureExecutorCapacity(
-      &executor, 8, c.num_sequences, 0.02, /*staged=*/false, /*tokens_per_sequence=*/4,
+      &executor, 8, c.num_sequences, 0.01, /*staged=*/false, /*tokens_per_sequence=*/4,
       /*prefork_requests=*/64 * 4);
   ASSERT_TRUE(cap.ok()) << cap.status().ToString();
   EXPECT_GT(cap->batches * 8, 64 * 4);  // it ran past the forked generation ...
