@@ -3,7 +3,13 @@
 // of the longest run) and release (merging with free neighbours) are O(1), as in TLSF.
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
+#include <new>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "api/check.h"
 #include "kvcache/kvcache.h"
@@ -15,7 +21,28 @@ std::string RangeText(std::int32_t num_blocks) {
   return "[0, " + std::to_string(num_blocks) + ")";
 }
 
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
 }  // namespace
+
+void* AllocateHugePageArray(std::size_t bytes) {
+  if (bytes < kHugePage) return ::operator new(bytes);
+  const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  (void)madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB
+#endif
+  return p;
+}
+
+void FreeHugePageArray(void* p, std::size_t bytes) {
+  if (bytes < kHugePage) {
+    ::operator delete(p);
+  } else {
+    std::free(p);
+  }
+}
 
 BlockAllocator::BlockAllocator(std::int32_t num_blocks) {
   ATTNRT_DCHECK(num_blocks >= 0);

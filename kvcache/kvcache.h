@@ -34,6 +34,49 @@
 
 namespace attnrt::kvcache {
 
+// Loads the cache line at `p` without waiting for it. An asm statement: GCC 13 dropped a
+// __builtin_prefetch whose address came from another load (the block count's), leaving the
+// hint an empty function.
+inline void PrefetchLine(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__aarch64__)
+  asm volatile("prfm pldl1keep, %0" : : "Q"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+// An allocator for the block allocator's per-block arrays: one of 2 MiB or more is placed on
+// 2 MiB boundaries and offered to the kernel for transparent huge pages before it is touched
+// (madvise). A plan appends to sequences anywhere in the pool, one random read of each array
+// per request; over 4 KiB pages a pool of millions of blocks took a TLB miss for each
+// (runtime_plan_bench BM_PlanFillSettle128Over). Smaller ones come from operator new.
+template <typename T>
+struct HugePageArrayAllocator {
+  using value_type = T;
+  HugePageArrayAllocator() = default;
+  template <typename U>
+  HugePageArrayAllocator(const HugePageArrayAllocator<U>&) {}
+  T* allocate(std::size_t n);
+  void deallocate(T* p, std::size_t n);
+  friend bool operator==(const HugePageArrayAllocator&, const HugePageArrayAllocator&) {
+    return true;
+  }
+};
+void* AllocateHugePageArray(std::size_t bytes);
+void FreeHugePageArray(void* p, std::size_t bytes);
+template <typename T>
+T* HugePageArrayAllocator<T>::allocate(std::size_t n) {
+  return static_cast<T*>(AllocateHugePageArray(n * sizeof(T)));
+}
+template <typename T>
+void HugePageArrayAllocator<T>::deallocate(T* p, std::size_t n) {
+  FreeHugePageArray(p, n * sizeof(T));
+}
+template <typename T>
+using BlockArray = std::vector<T, HugePageArrayAllocator<T>>;
+
 using attnrt::SequenceId;
 using BlockId = std::int32_t;
 
@@ -74,6 +117,12 @@ class BlockAllocator {
   Status Release(BlockId block);
 
   int ref_count(BlockId block) const;  // 0 for a free block (and for an id out of range)
+  // A hint: loads ref_count(block)'s word into the cache (nothing for an id out of range).
+  void PrefetchRefCount(BlockId block) const {
+    if (block >= 0 && static_cast<std::size_t>(block) < words_.size()) {
+      PrefetchLine(&words_[static_cast<std::size_t>(block)]);
+    }
+  }
   std::int32_t num_free() const;
   std::int32_t num_blocks() const;
   // Host bytes of the reference counts and the free runs (13 per block).
@@ -109,14 +158,14 @@ class BlockAllocator {
 
   // Per block: its reference count when > 0; <= 0 when free (-length at either end of a run,
   // any value <= 0 inside one).
-  std::vector<std::int32_t> words_;
+  BlockArray<std::int32_t> words_;
   struct RunLinks {
     BlockId next = kNoBlock;
     BlockId prev = kNoBlock;
   };
-  std::vector<RunLinks> links_;  // size-class lists, meaningful at a run's last block
+  BlockArray<RunLinks> links_;  // size-class lists, meaningful at a run's last block
   // Per block: 1 while it ends a table (handed out, and no later hint named it as `after`).
-  std::vector<std::uint8_t> table_end_;
+  BlockArray<std::uint8_t> table_end_;
   BlockId class_head_[kSizeClasses];
   std::uint64_t nonempty_[kSizeClasses / 64] = {};  // bit c: class c's list is not empty
   std::int32_t num_free_ = 0;
@@ -167,6 +216,14 @@ class SequenceTable {
   StatusOr<TokenPosition> AppendToken(Sequence& sequence, SequenceId id, int layer,
                                       std::vector<BlockCopy>* copies);
   std::span<const BlockId> Blocks(const Sequence& sequence) const;
+  // Hints before AppendToken on many entries at once (a batch's): PrefetchForAppend issues the
+  // loads of an entry's length row and last table entry; PrefetchLastBlockCount, called once
+  // those have had time to land (after PrefetchForAppend of the other entries), that of its last
+  // block's reference count. A plan over a table larger than the caches otherwise waited on
+  // these misses one request after another (runtime_plan_bench BM_PlanFillSettle128Over).
+  // No effect on any result.
+  void PrefetchForAppend(const Sequence& sequence) const;
+  void PrefetchLastBlockCount(const Sequence& sequence) const;
 
   // With kAllLayers: the common length of every layer (FailedPrecondition if they differ).
   StatusOr<int> Length(SequenceId id, int layer) const;

@@ -295,6 +295,19 @@ StatusOr<TokenPosition> SequenceTable::AppendToken(Sequence& seq, SequenceId id,
   return token;
 }
 
+void SequenceTable::PrefetchForAppend(const Sequence& sequence) const {
+  PrefetchLine(impl_->Row(sequence.row));
+  // The whole table: the append reads its last entry, the block rows then copy all of it.
+  const char* begin = reinterpret_cast<const char*>(sequence.blocks.data());
+  const char* end = reinterpret_cast<const char*>(sequence.blocks.data() + sequence.blocks.size());
+  for (const char* line = begin; line < end; line += 64) PrefetchLine(line);
+  if (!sequence.blocks.empty()) PrefetchLine(&sequence.blocks.back());
+}
+
+void SequenceTable::PrefetchLastBlockCount(const Sequence& sequence) const {
+  if (!sequence.blocks.empty()) allocator_->PrefetchRefCount(sequence.blocks.back());
+}
+
 StatusOr<int> SequenceTable::Length(SequenceId id, int layer) const {
   ATTNRT_RETURN_IF_ERROR(CheckLayer(shape_, layer));
   auto it = impl_->sequences.find(id);

@@ -86,8 +86,24 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
   plan->any_host = plan->any_device = false;
   plan->copies_applied = true;
   seen_.Reset(static_cast<std::size_t>(n));
+  // The batch's lookups first, then the loads each append needs, in two waves: over a table
+  // larger than the caches each request otherwise waited on its own misses (its entry, its
+  // table's last entry, that block's reference count) in turn. B=128 plan over 16,384 sequences
+  // on the 2-core VM: see runtime_plan_bench BM_PlanFillSettle128Over and bench/NOTES.md.
+  found_.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    found_[i] = table_->Find(batch.requests[i].sequence_id);
+    if (found_[i] != nullptr) table_->PrefetchForAppend(*found_[i]);
+  }
+  constexpr int kAhead = 8;  // requests between a block count's prefetch and its use
+  for (int i = 0; i < std::min(n, kAhead); ++i) {
+    if (found_[i] != nullptr) table_->PrefetchLastBlockCount(*found_[i]);
+  }
 
   for (int i = 0; i < n; ++i) {
+    if (i + kAhead < n && found_[i + kAhead] != nullptr) {
+      table_->PrefetchLastBlockCount(*found_[i + kAhead]);
+    }
     const BatchRequest& r = batch.requests[i];
     Status& status = plan->statuses[i];
     if (r.memory == MemoryKind::kDevice && !allow_device_memory_) {
@@ -114,7 +130,7 @@ void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
                                     " is out of range [0, " + std::to_string(num_layers) + ")");
       continue;
     }
-    kvcache::SequenceTable::Sequence* sequence = table_->Find(r.sequence_id);
+    kvcache::SequenceTable::Sequence* sequence = found_[i];
     if (sequence == nullptr) {
       status = NotFoundError(Prefix(i) + "sequence_id " + std::to_string(r.sequence_id) +
                              " is unknown");

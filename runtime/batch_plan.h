@@ -192,6 +192,8 @@ class BatchPlanner {
   DevicePointerCheck device_check_;
   // The (sequence, layer) pairs of the batch being planned.
   attnrt::internal::SequenceLayerSet seen_ GUARDED_BY(table_mu_);
+  // Plan's scratch: each request's entry (null: unknown sequence), looked up before the loop.
+  std::vector<kvcache::SequenceTable::Sequence*> found_ GUARDED_BY(table_mu_);
 };
 
 }  // namespace attnrt::runtime

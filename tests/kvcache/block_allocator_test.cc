@@ -137,5 +137,44 @@ TEST(BlockAllocatorTest, MetadataIsAFewBytesPerBlock) {
   EXPECT_LE(per_block, 14.0);
 }
 
+// Arrays of 2 MiB or more come 2 MiB-aligned (offered for huge pages), smaller ones from
+// operator new; both hold what is written to them.
+TEST(HugePageArrayTest, LargeArraysAreAlignedToHugePages) {
+  for (const std::size_t bytes : {std::size_t{4096}, std::size_t{3} << 20}) {
+    void* p = AllocateHugePageArray(bytes);
+    ASSERT_NE(p, nullptr);
+    if (bytes >= (std::size_t{2} << 20)) {
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % (std::size_t{2} << 20), 0u) << bytes;
+    }
+    auto* bytes_p = static_cast<unsigned char*>(p);
+    bytes_p[0] = 1;
+    bytes_p[bytes - 1] = 2;
+    EXPECT_EQ(bytes_p[0] + bytes_p[bytes - 1], 3);
+    FreeHugePageArray(p, bytes);
+  }
+}
+
+// A pool whose per-block arrays take the huge-page path (a million blocks: 4 MiB of counts)
+// allocates, counts references and frees across it, prefetch hints included.
+TEST(BlockAllocatorTest, ALargePoolWorksAcrossItsRange) {
+  constexpr std::int32_t kBlocks = 1 << 20;
+  BlockAllocator a(kBlocks);
+  std::vector<BlockId> got;
+  for (int i = 0; i < 1000; ++i) {
+    StatusOr<BlockId> b = a.Allocate(BlockHint{got.empty() ? kNoBlock : got.back(), 1});
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    got.push_back(*b);
+  }
+  ASSERT_TRUE(a.AddRef(got[500]).ok());
+  a.PrefetchRefCount(got[500]);
+  a.PrefetchRefCount(kBlocks + 5);  // out of range: nothing
+  EXPECT_EQ(a.ref_count(got[500]), 2);
+  EXPECT_EQ(a.num_free(), kBlocks - 1000);
+  for (BlockId b : got) ASSERT_TRUE(a.Release(b).ok());
+  ASSERT_TRUE(a.Release(got[500]).ok());
+  EXPECT_EQ(a.num_free(), kBlocks);
+  EXPECT_TRUE(a.CheckInvariantsForTesting().ok());
+}
+
 }  // namespace
 }  // namespace attnrt::kvcache
