@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "api/internal/sequence_layer_set.h"
@@ -63,10 +64,18 @@ class PendingQueue {
   }
   void PopDeadline();
   void CompactDeadlines();
+  // The live entry with the earliest deadline, after dropping stale ones at both fronts; null
+  // when none is left.
+  const DeadlineEntry* EarliestDeadline();
 
   std::vector<Level> levels_;
   std::size_t size_ = 0;
   std::uint64_t next_token_ = 0;
+  // Deadlines arrive in order when every request has the same timeout (the default): those not
+  // earlier than the last one in `ordered_` go there (a FIFO: O(1) in and out), the others to
+  // the heap `deadlines_`. Both drop entries lazily (a request that left by dispatch or cancel
+  // stays until it reaches a front, or until stale entries outnumber live ones).
+  std::deque<DeadlineEntry> ordered_;
   std::vector<DeadlineEntry> deadlines_;  // min-heap on deadline
   std::size_t live_deadlines_ = 0;
   attnrt::internal::SequenceLayerSet keys_;  // Select's pairs

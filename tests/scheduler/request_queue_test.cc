@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
+#include <random>
+#include <vector>
 
 namespace attnrt::scheduler::internal {
 namespace {
@@ -132,6 +135,61 @@ TEST_F(PendingQueueTest, ManyDispatchedRequestsDoNotGrowTheDeadlineHeapWithoutBo
   q.TakeExpired(10, &expired);
   EXPECT_EQ(expired, (std::vector<RequestRecord*>{last}));
   EXPECT_TRUE(q.empty());
+}
+
+// Against a brute-force model: requests mostly with deadlines in submission order (the FIFO
+// path), some earlier (the heap path), some without; random removals (dispatch), record reuse,
+// and TakeExpired / NextDeadlineNs as time moves on.
+TEST_F(PendingQueueTest, DeadlinesMatchABruteForceModel) {
+  std::mt19937_64 rng(17);
+  PendingQueue q(2);
+  std::vector<RequestRecord*> live;  // the model: what is pending
+  std::vector<RequestRecord*> spare;  // records that left, reused as new requests
+  ClockNanos now = 0;
+  for (int step = 0; step < 20000; ++step) {
+    const int action = static_cast<int>(rng() % 10);
+    if (action < 5) {  // a new request
+      RequestRecord* r;
+      if (!spare.empty() && rng() % 2 == 0) {
+        r = spare.back();
+        spare.pop_back();
+      } else {
+        r = Make(step, 0, static_cast<int>(rng() % 2), now);
+      }
+      const int kind = static_cast<int>(rng() % 10);
+      r->deadline_ns = kind == 0   ? kNever
+                       : kind == 1 ? now + static_cast<ClockNanos>(rng() % 500)  // earlier
+                                   : now + 1000;                              // in order
+      q.Push(r);
+      live.push_back(r);
+    } else if (action < 7 && !live.empty()) {  // dispatched
+      const std::size_t i = rng() % live.size();
+      q.Remove(live[i]);
+      spare.push_back(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {  // time passes
+      now += static_cast<ClockNanos>(rng() % 200);
+      std::vector<RequestRecord*> expired;
+      q.TakeExpired(now, &expired);
+      std::vector<RequestRecord*> want;
+      for (RequestRecord* r : live) {
+        if (r->deadline_ns <= now) want.push_back(r);
+      }
+      std::sort(want.begin(), want.end());
+      std::vector<RequestRecord*> got = expired;
+      std::sort(got.begin(), got.end());
+      ASSERT_EQ(got, want) << "step " << step;
+      for (std::size_t i = 1; i < expired.size(); ++i) {
+        ASSERT_LE(expired[i - 1]->deadline_ns, expired[i]->deadline_ns) << "step " << step;
+      }
+      std::erase_if(live, [&](RequestRecord* r) { return r->deadline_ns <= now; });
+      for (RequestRecord* r : expired) spare.push_back(r);
+    }
+    ClockNanos next = kNever;
+    for (RequestRecord* r : live) next = std::min(next, r->deadline_ns);
+    ASSERT_EQ(q.NextDeadlineNs(), next) << "step " << step;
+    ASSERT_EQ(q.size(), live.size());
+  }
 }
 
 }  // namespace
