@@ -86,9 +86,9 @@ struct PlanFixture {
   std::vector<std::int32_t> rows;
 };
 
-// 2000 batches: every sequence grows by ~250 tokens over the run, as in the host-path benchmark.
-void BM_PlanFillSettle128(benchmark::State& state) {
-  PlanFixture f;
+// Random batches over a table of `sequences`, each planned, filled and settled.
+void PlanFillSettleOver(benchmark::State& state, int sequences) {
+  PlanFixture f(sequences);
   for (auto _ : state) {
     state.PauseTiming();
     Batch batch = f.NextBatch();
@@ -99,6 +99,9 @@ void BM_PlanFillSettle128(benchmark::State& state) {
   state.counters["time_per_request"] = benchmark::Counter(
       kBatch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
+
+// 2000 batches: every sequence grows by ~250 tokens over the run, as in the host-path benchmark.
+void BM_PlanFillSettle128(benchmark::State& state) { PlanFillSettleOver(state, kSequences); }
 BENCHMARK(BM_PlanFillSettle128)->Iterations(2000)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
 
 // As BM_PlanFillSettle128 over a larger table (the argument: its sequences), batches drawn from
@@ -107,15 +110,7 @@ BENCHMARK(BM_PlanFillSettle128)->Iterations(2000)->Repetitions(5)->ReportAggrega
 // 2026-11-29). 2-core VM: 33 us at 16,384 before the plan's prefetches and the allocator's
 // huge pages, 12.5 after (5.7 at 1,024 either way).
 void BM_PlanFillSettle128Over(benchmark::State& state) {
-  PlanFixture f(static_cast<int>(state.range(0)));
-  for (auto _ : state) {
-    state.PauseTiming();
-    Batch batch = f.NextBatch();
-    state.ResumeTiming();
-    f.PlanFillSettle(state, batch);
-  }
-  state.counters["time_per_request"] = benchmark::Counter(
-      kBatch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  PlanFillSettleOver(state, static_cast<int>(state.range(0)));
 }
 BENCHMARK(BM_PlanFillSettle128Over)->Arg(1024)->Arg(16384)->Iterations(2000)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
 
