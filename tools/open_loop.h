@@ -185,9 +185,9 @@ inline Status ResetSequences(runtime::Executor* executor, int n, int context,
 
 // Sequences whose lengths stay put over a run. Request i going to sequence i % parents, each
 // sequence grows a token a round: over a 0.5 s run at T=512 with 1,024 sequences that was 290
-// to 520 tokens, so a run's late part attended over 1.5-2x the context it was said to (H200,
-// 2026-11-29: the 70%-load runs' late clusters all lay in their last 60 ms; the load there was
-// ~0.95 of the capacity at those lengths, not 0.7). Here the parents [0, parents) keep their
+// to 520 tokens, so a run's late part attends over 1.5-2x the context it is named for (H200,
+// 2026-11-29: the 70%-load runs' largest late clusters sat ~262 k requests in, every sequence
+// at 768 tokens; cause not established). Here the parents [0, parents) keep their
 // lengths and request i (round r = i / parents) decodes a fork of parent j = i % parents:
 // its generation g = (r + j % G) / G (ids parents + g * parents + j) takes G rounds, so every
 // request attends over its parent's length plus fewer than G tokens. The parents start new
@@ -245,7 +245,6 @@ class SequenceGenerations {
   std::int64_t generations() const { return forked_; }
 
  private:
-
   runtime::Executor* const executor_;
   const int parents_;
   const int tokens_;
