@@ -144,6 +144,7 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
   runtime::Batch batch;
   batch.requests.reserve(selected_.size());
   batch_state->records.reserve(selected_.size());
+  queue_delays_.clear();
   for (RequestRecord* record : selected_) {
     pending_.Remove(record);
     // The last cancellation check: after this CAS the request belongs to the executor.
@@ -195,8 +196,9 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
     }
     batch.requests.push_back(r);
     batch_state->records.push_back(record);
-    metrics_.queue_delay_ns.Record(static_cast<std::uint64_t>(now - record->submit_ns));
+    queue_delays_.push_back(static_cast<std::uint64_t>(now - record->submit_ns));
   }
+  metrics_.queue_delay_ns.RecordAll(queue_delays_);
   const int size = static_cast<int>(batch_state->records.size());
   if (size == 0) return;
   metrics_.batch_size.Record(size);
@@ -268,10 +270,9 @@ void Scheduler::Impl::PostFinished() {
     const ClockNanos now = clock_->Now();
     std::vector<RequestRecord*> records;
     records.reserve(group.size());
-    for (auto& [record, status] : group) {
-      Deliver(record, std::move(status), now);
-      records.push_back(record);
-    }
+    for (auto& [record, status] : group) records.push_back(record);
+    RecordLatencies(records.data(), records.size(), now);
+    for (auto& [record, status] : group) Deliver(record, std::move(status));
     pool_.ReleaseBulk(records.data(), records.size());
     FinishTask();
   });

@@ -2,7 +2,10 @@
 // or callback, inline for small batches of futures, else on the Asio pool.
 #include "scheduler/scheduler_impl.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <span>
 
 #include <boost/asio/post.hpp>
 
@@ -63,14 +66,27 @@ void Scheduler::Impl::DeliverBatch(InFlightBatch* batch, std::vector<Status>& pe
   for (std::size_t i = begin; i < end; ++i) failed += per_request[i].ok() ? 0 : 1;
   metrics_.completed.fetch_add(end - begin, std::memory_order_relaxed);
   if (failed) metrics_.failed.fetch_add(failed, std::memory_order_relaxed);
+  RecordLatencies(batch->records.data() + begin, end - begin, now);
   for (std::size_t i = begin; i < end; ++i) {
-    Deliver(batch->records[i], std::move(per_request[i]), now);
+    Deliver(batch->records[i], std::move(per_request[i]));
   }
   pool_.ReleaseBulk(batch->records.data() + begin, end - begin);
   FinishTask();
 }
 
-void Scheduler::Impl::Deliver(RequestRecord* record, Status status, ClockNanos now) {
+void Scheduler::Impl::RecordLatencies(RequestRecord* const* records, std::size_t n,
+                                      ClockNanos now) {
+  std::array<std::uint64_t, 64> chunk;
+  for (std::size_t i = 0; i < n; i += chunk.size()) {
+    const std::size_t m = std::min(chunk.size(), n - i);
+    for (std::size_t j = 0; j < m; ++j) {
+      chunk[j] = static_cast<std::uint64_t>(std::max<ClockNanos>(0, now - records[i + j]->submit_ns));
+    }
+    metrics_.latency_ns.RecordAll(std::span<const std::uint64_t>(chunk.data(), m));
+  }
+}
+
+void Scheduler::Impl::Deliver(RequestRecord* record, Status status) {
   DecodeResult result;
   if (status.ok() && !record->caller_device) {  // a device request's output is in place
     if (record->device_visible && record->out_dest != nullptr) {
@@ -93,8 +109,6 @@ void Scheduler::Impl::Deliver(RequestRecord* record, Status status, ClockNanos n
   activity_.Remove(record->sequence_id);
   // From here on Cancel() of this request returns false.
   record->state.fetch_or(internal::kPhaseDone, std::memory_order_acq_rel);
-  metrics_.latency_ns.Record(
-      static_cast<std::uint64_t>(std::max<ClockNanos>(0, now - record->submit_ns)));
   if (record->callback) {
     try {
       record->callback(std::move(result));

@@ -54,6 +54,31 @@ void Histogram::Record(std::uint64_t value) {
       std::min<int>(BucketOf(value, sub_bucket_bits_), static_cast<int>(counts_.size()) - 1);
   counts_[index].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
+  RaiseMax(value);
+}
+
+void Histogram::RecordAll(std::span<const std::uint64_t> values) {
+  if (values.empty()) return;
+  const int last = static_cast<int>(counts_.size()) - 1;
+  std::uint64_t sum = 0, max = 0, run = 0;
+  int run_index = -1;
+  for (const std::uint64_t v : values) {
+    const int index = std::min<int>(BucketOf(v, sub_bucket_bits_), last);
+    if (index != run_index) {
+      if (run > 0) counts_[run_index].fetch_add(run, std::memory_order_relaxed);
+      run_index = index;
+      run = 0;
+    }
+    ++run;
+    sum += v;
+    max = std::max(max, v);
+  }
+  counts_[run_index].fetch_add(run, std::memory_order_relaxed);
+  sum_.fetch_add(sum, std::memory_order_relaxed);
+  RaiseMax(max);
+}
+
+void Histogram::RaiseMax(std::uint64_t value) {
   std::uint64_t seen = max_.load(std::memory_order_relaxed);
   while (value > seen &&
          !max_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {

@@ -248,7 +248,10 @@ class Scheduler::Impl final : public ClockListener {
   void DeliverBatch(InFlightBatch* batch, std::vector<Status>& per_request, std::size_t begin,
                     std::size_t end);
 
-  void Deliver(RequestRecord* record, Status status, ClockNanos now);
+  void Deliver(RequestRecord* record, Status status);
+  // metrics_.latency_ns of n requests delivered at `now` (before their delivery, as the
+  // completed count: a caller holding its result sees itself counted).
+  void RecordLatencies(RequestRecord* const* records, std::size_t n, ClockNanos now);
 
   // Requests that end without the executor: grouped per pass, delivered on the pool.
   void Finish(RequestRecord* record, Outcome outcome);
@@ -368,6 +371,7 @@ class Scheduler::Impl final : public ClockListener {
   internal::PendingQueue pending_;
   std::vector<RequestRecord*> selected_;
   std::vector<RequestRecord*> scratch_;
+  std::vector<std::uint64_t> queue_delays_;  // Launch's, recorded once a batch
   std::vector<std::pair<RequestRecord*, Status>> finished_;
   int pass_batches_ = 0, pass_dispatched_ = 0;  // Launch's count in the current pass
 

@@ -73,6 +73,28 @@ TEST(HistogramTest, EmptyHistogramPercentileIsZero) {
   EXPECT_EQ(h.Snapshot().Percentile(0.99), 0.0);
 }
 
+// RecordAll of a batch leaves what Record of each value would: bucket counts, sum, max.
+TEST(HistogramTest, RecordAllMatchesRecordingEachValue) {
+  std::mt19937_64 rng(5);
+  Histogram each(4, 40), all(4, 40);
+  for (int batch = 0; batch < 200; ++batch) {
+    std::vector<std::uint64_t> values(rng() % 130);
+    for (std::uint64_t& v : values) {
+      // Runs of nearby values (a batch's queue delays), jumps, zeros and huge ones.
+      const int kind = static_cast<int>(rng() % 8);
+      v = kind == 0 ? 0 : kind == 1 ? (std::uint64_t{1} << 45) + rng() % 1000 : 1000 + rng() % 64;
+    }
+    for (std::uint64_t v : values) each.Record(v);
+    all.RecordAll(values);
+  }
+  const HistogramSnapshot a = each.Snapshot(), b = all.Snapshot();
+  EXPECT_EQ(a.counts, b.counts);
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(a.sum, b.sum);
+  EXPECT_EQ(a.max, b.max);
+  EXPECT_GT(a.count, 0u);
+}
+
 TEST(MetricsTest, PrometheusTextHasCountersGaugesAndCumulativeBuckets) {
   SchedulerMetrics m;
   m.Reject(RejectReason::kQueueFull);
