@@ -140,6 +140,10 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   return rc;
 }
 
+// The sweep's host canary (tools/host_canary.h): a wake-up every 100 us, one later than 200 us
+// logged (tens of microseconds on an idle core).
+constexpr std::chrono::microseconds kHostCanaryPeriod{100}, kHostCanaryThreshold{200};
+
 // One open-loop run at (rate, window, max batch) for `duration_s` (default: the tool's) over the
 // tool's sequences; `seed` picks the arrival schedule (each repeat its own).
 attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
@@ -161,7 +165,29 @@ attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
   // percentiles (as api_host_path_bench's saturation rows; OpenLoopConfig::warmup).
   c.warmup = std::min(std::chrono::microseconds(20'000),
                       std::chrono::microseconds(static_cast<std::int64_t>(c.duration_s * 1e5)));
+  // A thread beside the run that logs its late wake-ups: milliseconds of them mean the host
+  // stopped this process (a busy or preempted machine), and that run's tail is the host's.
+  c.host_canary_period = kHostCanaryPeriod;
+  c.host_canary_threshold = kHostCanaryThreshold;
   return attnrt::tools::RunOpenLoop(c, executor);
+}
+
+// The runs whose host canary was late by a millisecond or more in all: "N of M runs, X ms in
+// all, the longest Y us" (empty when none), for the warning after the sweep.
+std::string HostStallSummary(const std::vector<const attnrt::tools::OpenLoopResult*>& runs) {
+  int stalled = 0;
+  double late_ms = 0, longest_us = 0;
+  for (const attnrt::tools::OpenLoopResult* r : runs) {
+    if (r->canary_late_ms < 1.0) continue;
+    ++stalled;
+    late_ms += r->canary_late_ms;
+    longest_us = std::max(longest_us, r->canary_longest_us);
+  }
+  if (stalled == 0) return "";
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer, "%d of %zu runs, %.1f ms in all, the longest %.0f us",
+                stalled, runs.size(), late_ms, longest_us);
+  return buffer;
 }
 
 // `requests` arrivals at once (an offered rate no device sustains), drained by the scheduler at
@@ -282,7 +308,10 @@ nlohmann::ordered_json RunJson(const attnrt::tools::OpenLoopResult& r) {
           {"warmup_requests", r.warmup_requests},
           {"p99_with_warmup_us", r.p99_with_warmup_us},
           {"submit_late_p99_us", r.submit_late_p99_us},
-          {"late", attnrt::tools::DescribeLateClusters(r.late)}};
+          {"late", attnrt::tools::DescribeLateClusters(r.late)},
+          // The host canary (tools/host_canary.h): late wake-ups of a thread beside the run.
+          {"host_canary", r.canary},
+          {"host_canary_late_ms", r.canary_late_ms}};
 }
 
 nlohmann::ordered_json PointJson(const Point& p) {
@@ -681,6 +710,18 @@ int main(int argc, char** argv) {
       }
       doc["recommendations"].push_back(j);
     }
+    std::vector<const attnrt::tools::OpenLoopResult*> runs;
+    for (const Point& p : points) {
+      for (const auto& r : p.runs) runs.push_back(&r);
+    }
+    const std::string stalls = HostStallSummary(runs);
+    if (!stalls.empty()) {
+      std::printf("\nWARNING: the host stopped this process during %s (a thread waking every "
+                  "%lld us woke that late): those runs' tails are the host's, not the "
+                  "runtime's; rerun on a quiet machine to tune by p99\n",
+                  stalls.c_str(), static_cast<long long>(kHostCanaryPeriod.count()));
+    }
+    doc["host_stalls"] = stalls;
     if (!write_json()) return 1;
   }
 
@@ -751,6 +792,7 @@ int main(int argc, char** argv) {
                 0.7 * cap->throughput_per_s, loaded->p99_us, bound, p99_ok ? "PASS" : "FAIL",
                 loaded->p50_us, loaded->p999_us, loaded->batch_mean,
                 static_cast<long long>(loaded->rejected));
+    std::printf("    host canary (70%% load): %s\n", loaded->canary.c_str());
     // Where the time went (scheduler metrics): submit -> dispatch, and executor Submit -> done
     // per batch (which includes waiting behind the batches already in flight).
     for (const auto& [name, r] : {std::pair<const char*, const attnrt::tools::OpenLoopResult*>{
