@@ -27,7 +27,7 @@ class SequenceActivity {
  public:
   void Add(SequenceId id) {
     Shard& s = ShardOf(id);
-    SpinLock lock(&s.mu);
+    MutexLock lock(&s.mu);
     auto [it, inserted] = s.outstanding.try_emplace(id, 0);
     ++it->second;
     if (inserted && s.outstanding.size() > s.sweep_at) Sweep(s);
@@ -35,7 +35,7 @@ class SequenceActivity {
 
   void Remove(SequenceId id) {
     Shard& s = ShardOf(id);
-    SpinLock lock(&s.mu);
+    MutexLock lock(&s.mu);
     auto it = s.outstanding.find(id);
     if (it != s.outstanding.end() && it->second > 0) --it->second;
   }
@@ -44,7 +44,7 @@ class SequenceActivity {
   std::size_t EntriesForTesting() {
     std::size_t n = 0;
     for (Shard& s : shards_) {
-      SpinLock lock(&s.mu);
+      MutexLock lock(&s.mu);
       n += s.outstanding.size();
     }
     return n;
@@ -58,7 +58,7 @@ class SequenceActivity {
   Status RunIfIdle(SequenceId id, const char* call, Fn&& fn) {
     {
       Shard& s = ShardOf(id);
-      SpinLock lock(&s.mu);
+      MutexLock lock(&s.mu);
       auto it = s.outstanding.find(id);
       if (it != s.outstanding.end() && it->second == 0) {
         s.outstanding.erase(it);
@@ -78,7 +78,7 @@ class SequenceActivity {
   static constexpr int kShards = 64;
   static constexpr std::size_t kMinSweepAt = 64;
   struct alignas(64) Shard {
-    SpinMutex mu;
+    Mutex mu;
     std::unordered_map<SequenceId, int> outstanding GUARDED_BY(mu);
     std::size_t sweep_at GUARDED_BY(mu) = kMinSweepAt;  // sweep when the map grows past this
   };

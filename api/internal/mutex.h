@@ -4,11 +4,9 @@
 // code as the std types underneath: no extra state, no extra cost. Internal: not a public header.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <thread>
 
 #include "api/internal/thread_annotations.h"
 
@@ -49,49 +47,6 @@ class SCOPED_CAPABILITY MutexLock {
  private:
   friend class CondVar;
   std::unique_lock<std::mutex> lock_;
-};
-
-// A lock for critical sections of a few dozen instructions on a path taken per request (a hash
-// map's find or insert), held by at most a few threads at once: one atomic exchange to take and
-// a store to release, where an uncontended std::mutex costs two locked operations and two
-// calls (the sequence-activity shards took ~14% of the producer and completion threads'
-// samples in scheduler_intake_bench). A waiter spins (with a pause) and yields after a while;
-// never hold it across anything that blocks. No condition variable waits on it.
-class CAPABILITY("mutex") SpinMutex {
- public:
-  SpinMutex() = default;
-  SpinMutex(const SpinMutex&) = delete;
-  SpinMutex& operator=(const SpinMutex&) = delete;
-
-  void Lock() ACQUIRE() {
-    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins > 256) {
-          std::this_thread::yield();
-        } else {
-#if defined(__x86_64__)
-          __builtin_ia32_pause();
-#endif
-        }
-      }
-    }
-  }
-  void Unlock() RELEASE() { locked_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> locked_{false};
-};
-
-// Holds a SpinMutex from construction to destruction.
-class SCOPED_CAPABILITY SpinLock {
- public:
-  explicit SpinLock(SpinMutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
-  ~SpinLock() RELEASE() { mu_->Unlock(); }
-  SpinLock(const SpinLock&) = delete;
-  SpinLock& operator=(const SpinLock&) = delete;
-
- private:
-  SpinMutex* const mu_;
 };
 
 // A condition variable waited on through a MutexLock. The analysis cannot see that a wait
