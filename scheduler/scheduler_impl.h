@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <latch>
 #include <limits>
 #include <memory>
 #include <string>
@@ -35,9 +36,11 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "api/internal/mutex.h"
+#include "api/internal/thread_name.h"
 #include "concurrentqueue.h"
 #include "scheduler/batching_window.h"
 #include "scheduler/completion.h"
@@ -146,7 +149,24 @@ class Scheduler::Impl final : public ClockListener {
 
   void Start() {
     clock_->AddListener(this);
+    NameCompletionThreads();
     thread_ = std::thread([this] { Run(); });
+  }
+
+  // Names each completion thread "attnrt-deliver" (top -H, profilers, the host-path bench's CPU
+  // split, which counted them as "other"): one task each, held until all have started, so that
+  // no thread takes two.
+  void NameCompletionThreads() {
+    const auto n = static_cast<std::ptrdiff_t>(options_.completion_threads);
+    // Shared: a task may still be inside arrive_and_wait when this function returns.
+    auto named = std::make_shared<std::latch>(n);
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      boost::asio::post(completion_pool_, [named] {
+        attnrt::internal::NameThisThread("attnrt-deliver");
+        named->arrive_and_wait();
+      });
+    }
+    named->wait();
   }
 
   // ---- intake ---------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -166,6 +168,37 @@ TEST(SchedulerCreateTest, RejectsBadOptionsNamingTheField) {
   }
   EXPECT_FALSE(Scheduler::Create(SchedulerOptions{}, nullptr).ok());
   EXPECT_TRUE(Scheduler::Create(SchedulerOptions{}, &executor).ok());
+}
+
+// The process's threads named `name` (Linux: /proc/self/task/*/comm); -1 elsewhere.
+int ThreadsNamed(const std::string& name) {
+#if defined(__linux__)
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+#else
+  (void)name;
+  return -1;
+#endif
+}
+
+// Each completion thread carries the name "attnrt-deliver" while the scheduler lives.
+TEST(SchedulerThreadsTest, CompletionThreadsAreNamed) {
+  if (ThreadsNamed("attnrt-deliver") < 0) GTEST_SKIP() << "thread names are read on Linux only";
+  FakeExecutor executor;
+  const int before = ThreadsNamed("attnrt-deliver");
+  SchedulerOptions o;
+  o.completion_threads = 3;
+  {
+    auto s = Scheduler::Create(o, &executor);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(ThreadsNamed("attnrt-deliver") - before, 3);
+  }
+  EXPECT_EQ(ThreadsNamed("attnrt-deliver"), before);
 }
 
 TEST_F(SchedulerTest, MalformedRequestsAreRejectedNamingTheFieldAndNothingIsEnqueued) {
