@@ -249,7 +249,7 @@ DecodeResult Scheduler::Impl::DecodeInline(const DecodeRequest& request) {
     wake_hint_.store(true, std::memory_order_release);
     cv_.NotifyOne();
   }
-  if (Idle()) NotifyIdle();
+  if (IdleWaited() && Idle()) NotifyIdle();
   return result;
 }
 

@@ -47,6 +47,11 @@ void Scheduler::Impl::SyncForTesting() {
 }
 
 void Scheduler::Impl::WaitIdle() {
+  idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    std::atomic<int>* waiters;
+    ~Leave() { waiters->fetch_sub(1, std::memory_order_seq_cst); }
+  } leave{&idle_waiters_};
   MutexLock lock(&idle_mu_);
   // The timed wait only guards against a notification lost between the counters' updates.
   while (!Idle()) idle_cv_.WaitFor(lock, std::chrono::milliseconds(1));
