@@ -1123,8 +1123,8 @@ struct Saturation {
   double capacity = 0, step_us = 0, ratio = 0, p99_70_us = 0, bound_us = 0;
   double p99_70_with_warmup_us = 0;  // the 70%-load runs' p99 with their warm-ups counted
   std::vector<double> p99_70_runs_us;  // each 70%-load run's own p99 (after its warm-up)
-  // Each 70%-load run's host canary: its wake-ups' lateness over kCanaryThreshold, summed (ms;
-  // milliseconds of it mean the host stopped the process's threads, not the runtime).
+  // Each 70%-load run's host canary: its wake-ups' lateness over tools::kCanaryThreshold,
+  // summed (ms; milliseconds of it mean the host stopped the process's threads, not the runtime).
   std::vector<double> canary_late_ms_70_runs;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
   // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-26) a
@@ -1244,9 +1244,6 @@ std::string JoinNumbers(const std::vector<double>& v, const char* format,
 // warmup; the summary keeps the p99 with it too): the first ~8 ms after a scheduler's creation
 // were its cold start on the H200 (2026-11-29).
 constexpr std::chrono::milliseconds kSaturationWarmup{20};
-// The saturation runs' host canary (tools/host_canary.h): a wake-up every 100 us; one later than
-// 200 us (a few tens of microseconds on an idle core) is logged as a stall of the host.
-constexpr std::chrono::microseconds kCanaryPeriod{100}, kCanaryThreshold{200};
 
 // As tune_window --criteria: kernel-only capacity at `batch`, throughput at 1.5x offered load,
 // p99 at 70% load against window + 2 steps.
@@ -1353,8 +1350,8 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.keep_latencies = true;  // the 70%-load runs are pooled
     c.seed = seed;
     c.late_threshold = std::chrono::microseconds(static_cast<std::int64_t>(bound_us));
-    c.host_canary_period = kCanaryPeriod;
-    c.host_canary_threshold = kCanaryThreshold;
+    c.host_canary_period = tools::kCanaryPeriod;
+    c.host_canary_threshold = tools::kCanaryThreshold;
     auto r = tools::RunOpenLoop(c, ex->get());
     if (!r.ok()) Die("open loop: " + r.status().ToString());
     if (r->failures() > 0) Die("open loop: failed requests: " + r->first_error);
@@ -1771,8 +1768,8 @@ int Run(const Options& o) {
                JoinNumbers(s128.p99_70_runs_us, "%.1f", ", ").c_str(),
                JoinNumbers(s32.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
                JoinNumbers(s128.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
-               static_cast<long long>(kCanaryPeriod.count()),
-               static_cast<long long>(kCanaryThreshold.count()), o.tokens_per_sequence,
+               static_cast<long long>(tools::kCanaryPeriod.count()),
+               static_cast<long long>(tools::kCanaryThreshold.count()), o.tokens_per_sequence,
                s32.capacity,
                s128.capacity,
                s32.gpu_ratio, s128.gpu_ratio, s32.gpu_capacity, s128.gpu_capacity,

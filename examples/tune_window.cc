@@ -140,10 +140,6 @@ int Parse(int argc, char** argv, ToolOptions* o) {
   return rc;
 }
 
-// The sweep's host canary (tools/host_canary.h): a wake-up every 100 us, one later than 200 us
-// logged (tens of microseconds on an idle core).
-constexpr std::chrono::microseconds kHostCanaryPeriod{100}, kHostCanaryThreshold{200};
-
 // One open-loop run at (rate, window, max batch) for `duration_s` (default: the tool's) over the
 // tool's sequences; `seed` picks the arrival schedule (each repeat its own).
 attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
@@ -167,8 +163,8 @@ attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
                       std::chrono::microseconds(static_cast<std::int64_t>(c.duration_s * 1e5)));
   // A thread beside the run that logs its late wake-ups: milliseconds of them mean the host
   // stopped this process (a busy or preempted machine), and that run's tail is the host's.
-  c.host_canary_period = kHostCanaryPeriod;
-  c.host_canary_threshold = kHostCanaryThreshold;
+  c.host_canary_period = attnrt::tools::kCanaryPeriod;
+  c.host_canary_threshold = attnrt::tools::kCanaryThreshold;
   return attnrt::tools::RunOpenLoop(c, executor);
 }
 
@@ -719,7 +715,7 @@ int main(int argc, char** argv) {
       std::printf("\nWARNING: the host stopped this process during %s (a thread waking every "
                   "%lld us woke that late): those runs' tails are the host's, not the "
                   "runtime's; rerun on a quiet machine to tune by p99\n",
-                  stalls.c_str(), static_cast<long long>(kHostCanaryPeriod.count()));
+                  stalls.c_str(), static_cast<long long>(attnrt::tools::kCanaryPeriod.count()));
     }
     doc["host_stalls"] = stalls;
     if (!write_json()) return 1;

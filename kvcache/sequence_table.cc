@@ -297,11 +297,12 @@ StatusOr<TokenPosition> SequenceTable::AppendToken(Sequence& seq, SequenceId id,
 
 void SequenceTable::PrefetchForAppend(const Sequence& sequence) const {
   PrefetchLine(impl_->Row(sequence.row));
-  // The whole table: the append reads its last entry, the block rows then copy all of it.
-  const char* begin = reinterpret_cast<const char*>(sequence.blocks.data());
-  const char* end = reinterpret_cast<const char*>(sequence.blocks.data() + sequence.blocks.size());
-  for (const char* line = begin; line < end; line += 64) PrefetchLine(line);
-  if (!sequence.blocks.empty()) PrefetchLine(&sequence.blocks.back());
+  // Every line of the table: the append reads its last entry, the block rows then copy it all.
+  const auto begin = reinterpret_cast<std::uintptr_t>(sequence.blocks.data()) & ~std::uintptr_t{63};
+  const auto end = reinterpret_cast<std::uintptr_t>(sequence.blocks.data() + sequence.blocks.size());
+  for (std::uintptr_t line = begin; line < end; line += 64) {
+    PrefetchLine(reinterpret_cast<const void*>(line));
+  }
 }
 
 void SequenceTable::PrefetchLastBlockCount(const Sequence& sequence) const {

@@ -24,6 +24,10 @@
 
 namespace attnrt::tools {
 
+// The canary the open-loop harness's callers run: a wake-up every 100 us; one later than 200 us
+// (tens of microseconds on an idle core) is logged as a stall of the host.
+inline constexpr std::chrono::microseconds kCanaryPeriod{100}, kCanaryThreshold{200};
+
 // One wake-up later than the threshold: due at `due_ns` (from the log's origin), `late_ns` after.
 struct CanaryStall {
   std::int64_t due_ns = 0;

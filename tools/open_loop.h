@@ -87,7 +87,7 @@ struct OpenLoopConfig {
   // host_canary_period, its wake-ups later than host_canary_threshold logged. A stall of the
   // host stops it as it stops the runtime's threads; a stall of the runtime does not. 0: none.
   std::chrono::microseconds host_canary_period{0};
-  std::chrono::microseconds host_canary_threshold{200};
+  std::chrono::microseconds host_canary_threshold = kCanaryThreshold;
 };
 
 // What is expected and what is a failure. The harness sets no deadline and cancels nothing, so
