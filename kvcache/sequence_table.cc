@@ -3,6 +3,7 @@
 // precondition and allocates every block it needs before it changes anything, so a failed call
 // leaves tables, lengths and reference counts exactly as they were.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 
@@ -151,6 +152,22 @@ StatusOr<int> LayerLength(const std::int32_t* row, int num_layers, int layer, Se
   return row[0];
 }
 
+// The capacity a table of `capacity` entries that must hold `end` grows to: geometrically, by
+// half again at least (a table filled by a prefill then takes its first decode tokens without a
+// reallocation: sequences prefilled to one length otherwise all reallocate in their first decode
+// batch; runtime_plan_bench's BM_FirstDecodeAfterPrefill128, 2-core VM: 10.9-11.1 us a B=128
+// plan against 6.5-7.1), plus a share of up to half again that depends on the sequence id.
+// Without it, tables prefilled to one length and decoded in lockstep (a static batch, or the
+// host-path bench's 1,024 sequences) all reallocated again in the same few batches, at 1.5x
+// their prefilled length: the 70%-load runs' largest late clusters sat exactly there on the
+// H200 (T=384, 512 and 640; 2026-11-29). Sequence ids in a row spread over the whole range.
+std::size_t GrownCapacity(SequenceId id, std::size_t capacity, std::size_t end) {
+  std::uint64_t h = static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull;  // Fibonacci hashing
+  h ^= h >> 29;
+  const std::size_t spread = end / 2 + 1;
+  return std::max(2 * capacity, end + end / 2 + static_cast<std::size_t>(h % spread));
+}
+
 // An append's arguments, checked before the sequence is looked up (so they are named first).
 Status CheckAppendArguments(const ModelShape& shape, int layer, int n,
                             const std::vector<BlockCopy>* copies) {
@@ -238,14 +255,9 @@ StatusOr<int> SequenceTable::AppendImpl(Sequence& seq, SequenceId id, int layer,
     }
     ATTNRT_DCHECK(static_cast<std::int64_t>(scratch.size()) == needed);
     if (end > blocks.capacity()) {
-      // Grow geometrically, by half again at least (a table filled by a prefill then takes its
-      // first decode tokens without a reallocation: sequences prefilled to one length otherwise
-      // all reallocate in their first decode batch; runtime_plan_bench's
-      // BM_FirstDecodeAfterPrefill128, 2-core VM: 10.9-11.1 us a B=128 plan against 6.5-7.1),
-      // but never past what max_context can need.
       const std::size_t cap_limit = static_cast<std::size_t>(shape_.max_blocks_per_sequence());
-      const std::size_t grown = std::max(2 * blocks.capacity(), end + end / 2);
-      const std::size_t cap = std::max(end, std::min(grown, cap_limit));
+      const std::size_t cap = std::max(end, std::min(GrownCapacity(id, blocks.capacity(), end),
+                                                     cap_limit));
       impl_->table_capacity -= blocks.capacity();
       blocks.reserve(cap);
       impl_->table_capacity += blocks.capacity();

@@ -3,6 +3,7 @@
 // unchanged. Also the metadata bound: block tables and counts <= 1% of the KV bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -125,6 +126,46 @@ TEST_F(SequenceTableTest, APrefilledTableTakesItsFirstDecodeBlocksWithoutRealloc
   for (int t = 0; t < 16; ++t) ASSERT_TRUE(table_.Append(3, kAll, 1, &copies_).ok());
   EXPECT_EQ(TableOf(table_, 3).size(), 6u);
   EXPECT_EQ(table_.MetadataBytes(), after_prefill) << "two more blocks reallocated the table";
+}
+
+// Tables prefilled to one length and decoded in lockstep (a static batch) reallocate over many
+// rounds, not all in one: their capacities past a prefill differ by sequence. Before, all of
+// them reallocated in the round that took them to 1.5x the prefill, in the same few batches of
+// a serving run (the host-path bench's largest late clusters at 70% load, H200, 2026-11-29).
+TEST(SequenceTableGrowthTest, TablesPrefilledToOneLengthReallocateInDifferentRounds) {
+  ModelShape shape = SmallShape();
+  shape.num_layers = 1;
+  shape.block_size = 16;
+  shape.max_context = 4096;
+  constexpr int kSequences = 512;
+  constexpr int kPrefill = 512;  // 32 blocks
+  BlockAllocator allocator(kSequences * (shape.max_blocks_per_sequence() + 1));
+  SequenceTable table(shape, &allocator);
+  std::vector<BlockCopy> copies;
+  std::vector<const BlockId*> storage(kSequences);
+  for (SequenceId id = 0; id < kSequences; ++id) {
+    ASSERT_TRUE(table.Create(id).ok());
+    ASSERT_TRUE(table.Append(id, kAll, kPrefill, &copies).ok());
+    storage[static_cast<std::size_t>(id)] = table.Blocks(id)->data();
+  }
+  int most_in_a_round = 0, reallocations = 0;
+  for (int round = 0; round < kPrefill; ++round) {  // to twice the prefill
+    int moved = 0;
+    for (SequenceId id = 0; id < kSequences; ++id) {
+      ASSERT_TRUE(table.Append(id, kAll, 1, &copies).ok());
+      const BlockId* now = table.Blocks(id)->data();
+      if (now != storage[static_cast<std::size_t>(id)]) ++moved;
+      storage[static_cast<std::size_t>(id)] = now;
+    }
+    most_in_a_round = std::max(most_in_a_round, moved);
+    reallocations += moved;
+  }
+  // Each table grows once on the way (to 1.5-2x its prefill) ...
+  EXPECT_LE(reallocations, kSequences);
+  EXPECT_GT(reallocations, kSequences / 2);
+  // ... spread over the rounds that cross a block boundary in that range (16 of them): ~32 a
+  // round; all 512 in one round before.
+  EXPECT_LE(most_in_a_round, kSequences / 8) << "tables reallocating together";
 }
 
 // The entry API (one lookup for several calls): the same tokens, blocks and errors as by id, and
