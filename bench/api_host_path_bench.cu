@@ -1095,11 +1095,20 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
   std::string worst;
   for (std::size_t w = 0; w < worst_n; ++w) {
     const runtime::PieceTimings& p = t[order[w]];
-    char b[224];
+    char b[320];
     std::snprintf(b, sizeof b, "%s#%zu %.0f: plan %.1f, queued %.1f, pack %.1f, launch %.1f, "
-                  "gpu %.1f, taken %.1f, seen done %.1f, copied out %.1f", w == 0 ? "" : "; ",
+                  "gpu %.1f, taken %.1f (the previous batch's settle %.1f, done callback %.1f), "
+                  "seen done %.1f, copied out %.1f", w == 0 ? "" : "; ",
                   order[w], total(p), p.plan_us, p.queue_us, p.pack_us, p.launch_us, p.gpu_us,
-                  p.handoff_us, p.wait_us, p.copy_out_us);
+                  p.handoff_us, p.previous_settle_us, p.previous_done_callback_us, p.wait_us,
+                  p.copy_out_us);
+    if (order[w] > 0) {  // what the completion thread did before taking it
+      const runtime::PieceTimings& before = t[order[w] - 1];
+      char c[96];
+      std::snprintf(c, sizeof c, " [#%zu before it: seen done %.1f, copied out %.1f]",
+                    order[w] - 1, before.wait_us, before.copy_out_us);
+      std::strncat(b, c, sizeof b - std::strlen(b) - 1);
+    }
     worst += b;
   }
   std::printf("    pieces over 1 ms in all: %lld; the longest (us): %s\n",

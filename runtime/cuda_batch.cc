@@ -362,7 +362,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
     if (completer == Completer::kCaller) {
       // Before the next piece takes a buffer: a batch of more pieces than buffers runs one
       // piece at a time.
-      CompletePiece(piece, caller_copy_rows);
+      CompletePiece(piece, caller_copy_rows, FinishTimes{});
       continue;
     }
     {

@@ -56,6 +56,7 @@ void CudaExecutor::Impl::CompletionLoop() {
 #endif
   std::vector<int> copy_rows;  // rows of the piece whose outputs come back by memcpy
   copy_rows.reserve(static_cast<std::size_t>(options.buckets.back()));
+  FinishTimes previous;
   for (;;) {
     Piece piece;
     {
@@ -65,11 +66,13 @@ void CudaExecutor::Impl::CompletionLoop() {
       piece = std::move(completions.front());
       completions.pop_front();
     }
-    CompletePiece(piece, copy_rows);
+    previous = CompletePiece(piece, copy_rows, previous);
   }
 }
 
-void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows) {
+CudaExecutor::Impl::FinishTimes CudaExecutor::Impl::CompletePiece(Piece& piece,
+                                                                  std::vector<int>& copy_rows,
+                                                                  FinishTimes previous) {
   const std::size_t q_row =
       static_cast<std::size_t>(options.shape.num_q_heads) * options.shape.head_dim;
   const int h = options.shape.num_q_heads;
@@ -141,6 +144,8 @@ void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows
       piece.timings.wait_us =
           std::chrono::duration<double, std::micro>(observed - taken).count();
       piece.timings.copy_out_us = MicrosSince(observed);
+      piece.timings.previous_settle_us = previous.settle_us;
+      piece.timings.previous_done_callback_us = previous.done_callback_us;
     }
     MutexLock lock(&mu);
     buf.busy = false;
@@ -157,9 +162,14 @@ void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows
     Logger().error("cuda executor: a piece of {} requests failed: {}", piece.count,
                    status.ToString());
   }
+  FinishTimes finish;
   if (--b.pieces_left == 0) {
+    const Clock::time_point settling = Clock::now();
     planner->Settle(b.batch, &b.plan);
+    const Clock::time_point settled = Clock::now();
     b.done(std::move(b.plan.statuses));
+    finish.settle_us = std::chrono::duration<double, std::micro>(settled - settling).count();
+    finish.done_callback_us = MicrosSince(settled);
     const bool failed = b.failed;
     const auto requests = static_cast<std::int64_t>(b.batch.requests.size());
     piece.batch.reset();
@@ -170,6 +180,7 @@ void CudaExecutor::Impl::CompletePiece(Piece& piece, std::vector<int>& copy_rows
     --pending_batches;
   }
   cv.NotifyAll();
+  return finish;
 }
 
 }  // namespace attnrt::runtime

@@ -165,6 +165,12 @@ struct PieceTimings {
   double handoff_us = 0.0;
   double wait_us = 0.0;
   double copy_out_us = 0.0;
+  // The completion thread's time finishing the batch of the piece it completed before this one
+  // (0 when that piece left its batch unfinished): the planner's Settle, and the batch's done
+  // callback (the scheduler's hand-off to delivery; a small batch of futures delivered inline).
+  // Part of handoff_us when the thread was behind.
+  double previous_settle_us = 0.0;
+  double previous_done_callback_us = 0.0;
   // The previous piece had completed when this one was launched (record_timings): the GPU sat
   // idle, and gpu_us includes the launch's own latency.
   bool launched_into_idle_stream = false;

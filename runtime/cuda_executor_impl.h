@@ -502,7 +502,14 @@ struct CudaExecutor::Impl {
   // Waits for a launched piece, copies host-memory outputs out, frees its buffer; settles the
   // batch and calls its done after its last piece. `copy_rows` is scratch. On the completion
   // thread, or the caller of Run while nothing else is pending.
-  void CompletePiece(Piece& piece, std::vector<int>& copy_rows);
+  // How long the completion thread spent finishing a batch (PieceTimings::previous_*).
+  struct FinishTimes {
+    double settle_us = 0.0;
+    double done_callback_us = 0.0;
+  };
+  // Completes `piece`; `previous` goes into its timings. Returns the times finishing its batch
+  // took (zero when other pieces of the batch remain).
+  FinishTimes CompletePiece(Piece& piece, std::vector<int>& copy_rows, FinishTimes previous);
   void WaitAll() {
     MutexLock lock(&mu);
     while (pending_batches != 0) cv.Wait(lock);

@@ -211,6 +211,13 @@ TEST_F(CudaExecutorGpuTest, SplitKvContextClassesEachRunTheirPath) {
       EXPECT_EQ(t[step].path_max_kv_length,
                 long_row ? o.shape.max_context : kernels::kSplitKvShortContext)
           << path << " step " << step;
+      // Every piece here is a whole batch, so the completion thread finished one (Settle, then
+      // the done callback) before each piece after the executor's first.
+      EXPECT_GE(t[step].previous_settle_us, 0.0);
+      if (path != "split_kv" || step > 0) {
+        EXPECT_GT(t[step].previous_settle_us + t[step].previous_done_callback_us, 0.0)
+            << path << " step " << step;
+      }
     }
   }
 }
