@@ -1135,6 +1135,9 @@ struct Saturation {
   // Each 70%-load run's host canary: its wake-ups' lateness over tools::kCanaryThreshold,
   // summed (ms; milliseconds of it mean the host stopped the process's threads, not the runtime).
   std::vector<double> canary_late_ms_70_runs;
+  // Each 70%-load run's longest wait of one thread for a CPU (ms; tools/thread_waits.h): a
+  // runtime thread woken onto a busy core, which the canary does not see.
+  std::vector<double> longest_thread_wait_ms_70_runs;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
   // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-26) a
   // piece's events also span its wait behind the previous piece's compute, so this understates
@@ -1394,6 +1397,8 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                                        r.passes.c_str());
     std::printf("  70%% load, run %d, host canary: %s; %.0f us of it in the largest cluster\n",
                 i + 1, r.canary.c_str(), r.canary_in_largest_cluster_us);
+    std::printf("  70%% load, run %d, threads waiting for a CPU: %s\n", i + 1,
+                r.thread_waits_text.c_str());
     canary_late_ms.push_back(r.canary_late_ms);
     std::printf("  70%% load, run %d, start: %s; the first %lld ms (%lld requests, latency max "
                 "%.0f us) are a warm-up\n", i + 1, r.start.c_str(),
@@ -1433,6 +1438,9 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   s.p99_70_with_warmup_us = loaded_rejected > 0 ? 1e9 : pooled_p99_with_warmup_us;
   s.p99_70_runs_us = run_p99s;
   s.canary_late_ms_70_runs = canary_late_ms;
+  for (const tools::OpenLoopResult& r : loaded_runs) {
+    s.longest_thread_wait_ms_70_runs.push_back(r.longest_thread_wait_ms);
+  }
   s.bound_us = bound_us;
   s.submitted_1_5x = sat.submitted_per_s;
   s.producers = producers;
@@ -1751,6 +1759,8 @@ int Run(const Options& o) {
                "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld,\n"
                " \"p99_70_runs_b32_us\": [%s], \"p99_70_runs_b128_us\": [%s],\n"
                " \"canary_late_ms_70_runs_b32\": [%s], \"canary_late_ms_70_runs_b128\": [%s], "
+               "\"longest_thread_wait_ms_70_runs_b32\": [%s], "
+               "\"longest_thread_wait_ms_70_runs_b128\": [%s], "
                "\"canary_period_us\": %lld, \"canary_threshold_us\": %lld, "
                "\"saturation_tokens_per_sequence\": %d,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
@@ -1777,6 +1787,8 @@ int Run(const Options& o) {
                JoinNumbers(s128.p99_70_runs_us, "%.1f", ", ").c_str(),
                JoinNumbers(s32.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
                JoinNumbers(s128.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
+               JoinNumbers(s32.longest_thread_wait_ms_70_runs, "%.2f", ", ").c_str(),
+               JoinNumbers(s128.longest_thread_wait_ms_70_runs, "%.2f", ", ").c_str(),
                static_cast<long long>(tools::kCanaryPeriod.count()),
                static_cast<long long>(tools::kCanaryThreshold.count()), o.tokens_per_sequence,
                s32.capacity,

@@ -29,6 +29,7 @@
 #include "runtime/executor.h"
 #include "scheduler/scheduler.h"
 #include "tools/host_canary.h"
+#include "tools/thread_waits.h"
 #include "tools/late_clusters.h"
 #include "tools/percentile.h"
 
@@ -142,6 +143,11 @@ struct OpenLoopResult {
   std::string canary;
   std::int64_t canary_stalls = -1;
   double canary_longest_us = 0, canary_late_ms = 0, canary_in_largest_cluster_us = 0;
+  // Every thread's wait for a CPU over the run (ThreadWaitsBetween, longest first; empty where
+  // the kernel keeps no per-thread schedstat): DescribeThreadWaits of it, and the longest.
+  std::vector<ThreadSample> thread_waits;
+  std::string thread_waits_text;
+  double longest_thread_wait_ms = 0;
 };
 
 // Builds (or hands out a cached, idle) executor for one configuration: it must accept batches of
@@ -397,6 +403,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   constexpr auto kStartLead = std::chrono::microseconds(500);
   Clock::time_point start;
   std::optional<HostCanary> canary;  // OpenLoopConfig::host_canary_period
+  std::vector<ThreadSample> threads_before;  // schedstat at the start
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   auto produce = [&](int p) {
@@ -454,6 +461,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     if (config.host_canary_period.count() > 0) {
       canary.emplace(start, config.host_canary_period, config.host_canary_threshold);
     }
+    threads_before = SampleThreads();
     go.store(true, std::memory_order_release);
     produce(0);
     for (std::thread& t : threads) t.join();
@@ -482,6 +490,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   const Clock::time_point end = Clock::now();
+  result.thread_waits = ThreadWaitsBetween(threads_before, SampleThreads());
   const CanaryLog* canary_log = canary ? &canary->Stop() : nullptr;
   const scheduler::MetricsSnapshot m = sched->Metrics();
   const std::vector<scheduler::BatcherPass> passes = sched->RecentPasses();
@@ -563,6 +572,10 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.late = FindLateClusters(
       arrival_ns, latency_ns, submit_late_ns, threshold_ns,
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_gap).count());
+  result.thread_waits_text = DescribeThreadWaits(result.thread_waits);
+  if (!result.thread_waits.empty()) {
+    result.longest_thread_wait_ms = result.thread_waits.front().waited_ns * 1e-6;
+  }
   if (canary_log != nullptr) {
     result.canary = canary_log->Describe();
     result.canary_stalls = canary_log->stall_count();

@@ -135,6 +135,26 @@ TEST(OpenLoopTest, HostCanaryReportsItsWakeUps) {
   EXPECT_TRUE(off->canary.empty());
 }
 
+// Each run reports its threads' waits for a CPU (where the kernel keeps them): the scheduler's
+// batching thread among them, ran for some time, the longest wait first.
+TEST(OpenLoopTest, ReportsTheThreadsWaitsForACpu) {
+  if (SampleThreads().empty()) GTEST_SKIP() << "this kernel keeps no per-thread schedstat";
+  FakeExecutor executor(Staging(false));
+  const StatusOr<OpenLoopResult> r = RunOpenLoop(SmallLoad(), &executor);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(r->thread_waits.empty());
+  EXPECT_DOUBLE_EQ(r->longest_thread_wait_ms, r->thread_waits.front().waited_ns * 1e-6);
+  for (std::size_t i = 1; i < r->thread_waits.size(); ++i) {
+    EXPECT_GE(r->thread_waits[i - 1].waited_ns, r->thread_waits[i].waited_ns);
+  }
+  bool batcher_ran = false;
+  for (const ThreadSample& t : r->thread_waits) {
+    batcher_ran |= t.name.rfind("attnrt-batch", 0) == 0 && t.ran_ns > 0;
+  }
+  EXPECT_TRUE(batcher_ran) << r->thread_waits_text;
+  EXPECT_NE(r->thread_waits_text.find("ms of waiting in all"), std::string::npos);
+}
+
 // Request i (round r = i / parents) decodes a fork of parent j = i % parents, generation
 // (r + j % G) / G: the parents start generations in turn. G = 0: the parent itself.
 TEST(SequenceGenerationsTest, MapsRequestsToGenerationsOfForks) {
