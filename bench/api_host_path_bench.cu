@@ -105,6 +105,8 @@ struct Options {
   int producers = 0;
   // Their open loops' requests in device-visible memory (--device-memory-saturation).
   bool device_memory_requests = false;
+  // --piece-log DIR: each 70%-load run's pieces, one CSV line each, in DIR.
+  std::string piece_log_dir;
 };
 
 constexpr int kHeads = 32, kHeadDim = 128, kContext = 512;
@@ -548,6 +550,7 @@ struct Variation {
   int tokens_per_sequence = 0;                                          // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
   bool device_memory_requests = false;  // their open loops' (tools::OpenLoopConfig)
+  std::string piece_log_dir;            // Options::piece_log_dir
   // Their executors' CudaExecutorOptions::busy_gather_max_rows (-1: its default; 0: staged
   // pieces always in place; 1024: gathered whenever launched behind another at
   // busy_gather_min_kv_length 0).
@@ -579,6 +582,7 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.tokens_per_sequence = o.tokens_per_sequence;
   v.producers = o.producers;
   v.device_memory_requests = o.device_memory_requests;
+  v.piece_log_dir = o.piece_log_dir;
   return v;
 }
 
@@ -1009,6 +1013,29 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
 }
 
 // Medians of the executor's per-piece host and GPU times over one run; returns the GPU one.
+// One CSV line a piece, in launch order, its launch `origin_ns` later on the steady clock (ms):
+// the timeline of a run's stages, for the stretches the summary lines only name.
+void WritePieceLog(const std::string& path, const std::vector<runtime::PieceTimings>& t,
+                   std::int64_t origin_ns) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "api_host_path_bench: cannot write %s\n", path.c_str());
+    return;
+  }
+  std::fprintf(f, "piece,launched_ms,requests,in_place,idle_stream,plan_us,queued_us,pack_us,"
+                  "launch_us,gpu_us,taken_us,seen_done_us,copied_out_us,previous_settle_us,"
+                  "previous_done_callback_us\n");
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const runtime::PieceTimings& p = t[i];
+    std::fprintf(f, "%zu,%.3f,%d,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", i,
+                 (p.launched_steady_ns - origin_ns) * 1e-6, p.requests, p.in_place ? 1 : 0,
+                 p.launched_into_idle_stream ? 1 : 0, p.plan_us, p.queue_us, p.pack_us,
+                 p.launch_us, p.gpu_us, p.handoff_us, p.wait_us, p.copy_out_us,
+                 p.previous_settle_us, p.previous_done_callback_us);
+  }
+  std::fclose(f);
+}
+
 double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t) {
   if (t.empty()) return 0.0;
   auto percentile = [&](double runtime::PieceTimings::*field, double q) {
@@ -1384,9 +1411,15 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   for (int i = 0; i < kLoadedRuns; ++i) {
     reset();
     tools::OpenLoopResult r = run(0.7 * cap->throughput_per_s, 1 + i);
+    std::vector<runtime::PieceTimings> pieces = (*ex)->TakeTimings();
+    if (!variation.piece_log_dir.empty()) {
+      WritePieceLog(variation.piece_log_dir + "/b" + std::to_string(batch) + "_t" +
+                        std::to_string(context) + "_run" + std::to_string(i + 1) + ".csv",
+                    pieces, r.start_steady_ns);
+    }
     PrintPieceTimings("70% load, run " + std::to_string(i + 1) + " (batch mean " +
                           std::to_string(r.batch_mean) + ")",
-                      (*ex)->TakeTimings());
+                      std::move(pieces));
     std::printf("  70%% load, run %d: p99 %.0f us (%.0f with the warm-up); tail: %s; the "
                 "producers' lateness p99 %.1f us; p99s: queue %.0f us, executor %.0f, the "
                 "scheduler's latency %.0f (histogram estimates)\n", i + 1, r.p99_us,
@@ -1865,6 +1898,8 @@ int main(int argc, char** argv) {
           "  --pass-trace     the saturation schedulers keep the batching thread's passes\n"
           "                   (SchedulerOptions::pass_trace); each 70%%-load run prints them\n"
           "                   around its largest cluster of late requests\n"
+          "  --piece-log DIR  write each 70%%-load run's pieces (launch time, every stage) as\n"
+          "                   DIR/b<max batch>_t<context>_run<i>.csv\n"
           "  --tokens-per-sequence G  the saturation runs' requests go to forks of the reset\n"
           "                   sequences, a new generation every G rounds, so each attends over\n"
           "                   T..T+G-1 tokens; 0 (default): the sequences themselves, which\n"
@@ -1915,6 +1950,10 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--pass-trace") {
       o.pass_trace = true;
+    } else if (a == "--piece-log") {
+      o.piece_log_dir = value("--piece-log");
+      std::error_code ec;
+      std::filesystem::create_directories(o.piece_log_dir, ec);
     } else if (a == "--tokens-per-sequence") {
       o.tokens_per_sequence = std::atoi(value("--tokens-per-sequence").c_str());
       if (o.tokens_per_sequence < 0 || o.tokens_per_sequence > 4096) {

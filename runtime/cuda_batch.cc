@@ -348,6 +348,9 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
         }
         Launch(piece, e, max_kv_length);
         piece.launched_at = Clock::now();
+        piece.timings.launched_steady_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(
+                piece.launched_at.time_since_epoch()).count();
         if (piece.event_recorded) last_launched_buffer = piece.buffer;
         if (piece.launched_solo && !piece.caller_completes) {
           if (piece.event_recorded) {

@@ -171,6 +171,8 @@ struct PieceTimings {
   // Part of handoff_us when the thread was behind.
   double previous_settle_us = 0.0;
   double previous_done_callback_us = 0.0;
+  // When its launch returned, on std::chrono::steady_clock (ns since its epoch): a timeline.
+  std::int64_t launched_steady_ns = 0;
   // The previous piece had completed when this one was launched (record_timings): the GPU sat
   // idle, and gpu_us includes the launch's own latency.
   bool launched_into_idle_stream = false;

@@ -145,6 +145,8 @@ struct OpenLoopResult {
   double canary_longest_us = 0, canary_late_ms = 0, canary_in_largest_cluster_us = 0;
   // Every thread's wait for a CPU over the run (ThreadWaitsBetween, longest first; empty where
   // the kernel keeps no per-thread schedstat): DescribeThreadWaits of it, and the longest.
+  // The schedule's origin (arrival 0) on std::chrono::steady_clock, ns since its epoch.
+  std::int64_t start_steady_ns = 0;
   std::vector<ThreadSample> thread_waits;
   std::string thread_waits_text;
   double longest_thread_wait_ms = 0;
@@ -572,6 +574,8 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.late = FindLateClusters(
       arrival_ns, latency_ns, submit_late_ns, threshold_ns,
       std::chrono::duration_cast<std::chrono::nanoseconds>(config.late_gap).count());
+  result.start_steady_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
   result.thread_waits_text = DescribeThreadWaits(result.thread_waits);
   if (!result.thread_waits.empty()) {
     result.longest_thread_wait_ms = result.thread_waits.front().waited_ns * 1e-6;
