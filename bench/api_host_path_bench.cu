@@ -1430,8 +1430,8 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                                        r.passes.c_str());
     std::printf("  70%% load, run %d, host canary: %s; %.0f us of it in the largest cluster\n",
                 i + 1, r.canary.c_str(), r.canary_in_largest_cluster_us);
-    std::printf("  70%% load, run %d, threads waiting for a CPU: %s\n", i + 1,
-                r.thread_waits_text.c_str());
+    std::printf("  70%% load, run %d, threads waiting for a CPU: %s; memory: %s\n", i + 1,
+                r.thread_waits_text.c_str(), r.vm_counters_text.c_str());
     canary_late_ms.push_back(r.canary_late_ms);
     std::printf("  70%% load, run %d, start: %s; the first %lld ms (%lld requests, latency max "
                 "%.0f us) are a warm-up\n", i + 1, r.start.c_str(),

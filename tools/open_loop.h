@@ -149,6 +149,7 @@ struct OpenLoopResult {
   std::int64_t start_steady_ns = 0;
   std::vector<ThreadSample> thread_waits;
   std::string thread_waits_text;
+  std::string vm_counters_text;  // DescribeVmCounters over the run
   double longest_thread_wait_ms = 0;
 };
 
@@ -406,6 +407,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   Clock::time_point start;
   std::optional<HostCanary> canary;  // OpenLoopConfig::host_canary_period
   std::vector<ThreadSample> threads_before;  // schedstat at the start
+  std::vector<std::pair<std::string, std::int64_t>> vm_before;
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   auto produce = [&](int p) {
@@ -464,6 +466,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
       canary.emplace(start, config.host_canary_period, config.host_canary_threshold);
     }
     threads_before = SampleThreads();
+    vm_before = SampleVmCounters();
     go.store(true, std::memory_order_release);
     produce(0);
     for (std::thread& t : threads) t.join();
@@ -493,6 +496,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   }
   const Clock::time_point end = Clock::now();
   result.thread_waits = ThreadWaitsBetween(threads_before, SampleThreads());
+  result.vm_counters_text = DescribeVmCounters(vm_before, SampleVmCounters());
   const CanaryLog* canary_log = canary ? &canary->Stop() : nullptr;
   const scheduler::MetricsSnapshot m = sched->Metrics();
   const std::vector<scheduler::BatcherPass> passes = sched->RecentPasses();

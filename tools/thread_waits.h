@@ -16,6 +16,7 @@
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace attnrt::tools {
@@ -26,7 +27,38 @@ struct ThreadSample {
   std::string name;
   std::int64_t ran_ns = 0;     // on a CPU
   std::int64_t waited_ns = 0;  // runnable on a run queue, not running
+  // Page faults it took (/proc/self/task/<tid>/stat): a minor one maps a page, and can wait on
+  // the process's memory-map lock behind another thread's mmap, munmap or huge-page collapse.
+  std::int64_t minor_faults = 0;
+  std::int64_t major_faults = 0;
 };
+
+namespace internal {
+// minflt and majflt of a /proc/.../stat line (fields 10 and 12; the name in field 2 may hold
+// spaces and parentheses, so count from the last ')').
+inline bool ParseFaults(const std::string& stat, std::int64_t* minor, std::int64_t* major) {
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  std::size_t at = close + 1;
+  std::int64_t fields[10] = {};
+  for (int field = 3; field <= 12; ++field) {  // state is field 3
+    while (at < stat.size() && stat[at] == ' ') ++at;
+    const std::size_t end = stat.find(' ', at);
+    if (at >= stat.size()) return false;
+    if (field >= 10) {
+      try {
+        fields[field - 3] = std::stoll(stat.substr(at, end - at));
+      } catch (...) {
+        return false;
+      }
+    }
+    at = end == std::string::npos ? stat.size() : end;
+  }
+  *minor = fields[10 - 3];
+  *major = fields[12 - 3];
+  return true;
+}
+}  // namespace internal
 
 // Every thread of this process, in no particular order; empty when /proc has no schedstat.
 inline std::vector<ThreadSample> SampleThreads() {
@@ -43,6 +75,11 @@ inline std::vector<ThreadSample> SampleThreads() {
     if (!(stat >> s.ran_ns >> s.waited_ns)) continue;  // ended meanwhile, or no schedstats
     std::ifstream comm(entry.path() / "comm");
     std::getline(comm, s.name);
+    std::ifstream stat_line(entry.path() / "stat");
+    std::string line;
+    if (std::getline(stat_line, line)) {
+      (void)internal::ParseFaults(line, &s.minor_faults, &s.major_faults);
+    }
     out.push_back(std::move(s));
   }
   return out;
@@ -61,6 +98,8 @@ inline std::vector<ThreadSample> ThreadWaitsBetween(const std::vector<ThreadSamp
       if (b.tid == a.tid) {
         d.ran_ns = std::max<std::int64_t>(0, a.ran_ns - b.ran_ns);
         d.waited_ns = std::max<std::int64_t>(0, a.waited_ns - b.waited_ns);
+        d.minor_faults = std::max<std::int64_t>(0, a.minor_faults - b.minor_faults);
+        d.major_faults = std::max<std::int64_t>(0, a.major_faults - b.major_faults);
         break;
       }
     }
@@ -72,24 +111,60 @@ inline std::vector<ThreadSample> ThreadWaitsBetween(const std::vector<ThreadSamp
   return out;
 }
 
-// "attnrt-gpu-done waited 2.61 ms for a CPU (ran 120.3 ms), ..." for the first `most`
-// threads of ThreadWaitsBetween's order, and the sum over all of them.
+// "attnrt-gpu-done waited 2.61 ms for a CPU (ran 120.3 ms, 12 page faults), ..." for the
+// first `most` threads of ThreadWaitsBetween's order, and the sums over all of them.
 inline std::string DescribeThreadWaits(const std::vector<ThreadSample>& waits, int most = 4) {
   if (waits.empty()) return "no per-thread scheduler statistics (/proc/self/task/*/schedstat)";
-  std::int64_t total = 0;
-  for (const ThreadSample& w : waits) total += w.waited_ns;
+  std::int64_t total = 0, faults = 0;
+  for (const ThreadSample& w : waits) {
+    total += w.waited_ns;
+    faults += w.minor_faults + w.major_faults;
+  }
   std::string out;
-  char b[160];
+  char b[200];
   for (int i = 0; i < most && i < static_cast<int>(waits.size()); ++i) {
-    std::snprintf(b, sizeof b, "%s%s waited %.2f ms (ran %.1f ms)", i == 0 ? "" : ", ",
-                  waits[static_cast<std::size_t>(i)].name.c_str(),
-                  waits[static_cast<std::size_t>(i)].waited_ns * 1e-6,
-                  waits[static_cast<std::size_t>(i)].ran_ns * 1e-6);
+    const ThreadSample& w = waits[static_cast<std::size_t>(i)];
+    std::snprintf(b, sizeof b, "%s%s waited %.2f ms (ran %.1f ms, %lld page faults)",
+                  i == 0 ? "" : ", ", w.name.c_str(), w.waited_ns * 1e-6, w.ran_ns * 1e-6,
+                  static_cast<long long>(w.minor_faults + w.major_faults));
     out += b;
   }
-  std::snprintf(b, sizeof b, "; %zu threads, %.2f ms of waiting in all", waits.size(),
-                total * 1e-6);
+  std::snprintf(b, sizeof b, "; %zu threads, %.2f ms of waiting and %lld page faults in all",
+                waits.size(), total * 1e-6, static_cast<long long>(faults));
   return out + b;
+}
+
+// Host-wide memory-management counters of /proc/vmstat that stall a faulting thread: page
+// faults, and transparent huge pages allocated at a fault (zeroing 2 MiB), collapsed by
+// khugepaged (the memory-map lock held for writing meanwhile) or compacted for (direct
+// compaction). Empty where /proc/vmstat is missing.
+inline std::vector<std::pair<std::string, std::int64_t>> SampleVmCounters() {
+  static const char* const kNames[] = {"pgfault",          "pgmajfault",   "thp_fault_alloc",
+                                       "thp_collapse_alloc", "compact_stall", "compact_fail"};
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  std::ifstream in("/proc/vmstat");
+  std::string name;
+  std::int64_t value = 0;
+  while (in >> name >> value) {
+    for (const char* k : kNames) {
+      if (name == k) out.emplace_back(name, value);
+    }
+  }
+  return out;
+}
+
+// "pgfault +1234, thp_fault_alloc +0, ..." from `before` to `after` (names in both).
+inline std::string DescribeVmCounters(
+    const std::vector<std::pair<std::string, std::int64_t>>& before,
+    const std::vector<std::pair<std::string, std::int64_t>>& after) {
+  std::string out;
+  for (const auto& [name, value] : after) {
+    for (const auto& [b_name, b_value] : before) {
+      if (b_name != name) continue;
+      out += (out.empty() ? "" : ", ") + name + " +" + std::to_string(value - b_value);
+    }
+  }
+  return out.empty() ? "no /proc/vmstat" : out + " (host-wide)";
 }
 
 }  // namespace attnrt::tools

@@ -152,7 +152,8 @@ TEST(OpenLoopTest, ReportsTheThreadsWaitsForACpu) {
     batcher_ran |= t.name.rfind("attnrt-batch", 0) == 0 && t.ran_ns > 0;
   }
   EXPECT_TRUE(batcher_ran) << r->thread_waits_text;
-  EXPECT_NE(r->thread_waits_text.find("ms of waiting in all"), std::string::npos);
+  EXPECT_NE(r->thread_waits_text.find("page faults in all"), std::string::npos) << r->thread_waits_text;
+  EXPECT_NE(r->vm_counters_text.find("pgfault +"), std::string::npos) << r->vm_counters_text;
 }
 
 // Request i (round r = i / parents) decodes a fork of parent j = i % parents, generation

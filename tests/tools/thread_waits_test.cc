@@ -40,12 +40,68 @@ TEST(ThreadWaitsTest, DifferencesByThreadLongestWaitFirst) {
   EXPECT_EQ(d[2].name, "main");
   EXPECT_EQ(d[2].waited_ns, 20);
   EXPECT_EQ(d[2].ran_ns, 300);
-  const std::vector<ThreadSample> ms = {{1, "attnrt-gpu-done", 120'300'000, 2'610'000},
-                                        {2, "x", 5'000'000, 1'000'000}};
+  const std::vector<ThreadSample> ms = {{1, "attnrt-gpu-done", 120'300'000, 2'610'000, 12, 0},
+                                        {2, "x", 5'000'000, 1'000'000, 3, 1}};
   EXPECT_EQ(DescribeThreadWaits(ms, 1),
-            "attnrt-gpu-done waited 2.61 ms (ran 120.3 ms); 2 threads, 3.61 ms of waiting in all");
+            "attnrt-gpu-done waited 2.61 ms (ran 120.3 ms, 12 page faults); 2 threads, 3.61 ms "
+            "of waiting and 16 page faults in all");
   EXPECT_EQ(DescribeThreadWaits({}),
             "no per-thread scheduler statistics (/proc/self/task/*/schedstat)");
+}
+
+TEST(ThreadWaitsTest, ParsesFaultsAfterTheNameWhateverItHolds) {
+  std::int64_t minor = -1, major = -1;
+  // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt ...
+  ASSERT_TRUE(internal::ParseFaults("12 (a (b) c) S 1 12 12 0 -1 4194560 345 0 7 0 5 6",
+                                    &minor, &major));
+  EXPECT_EQ(minor, 345);
+  EXPECT_EQ(major, 7);
+  EXPECT_FALSE(internal::ParseFaults("12 (x) S 1 2", &minor, &major));
+  EXPECT_FALSE(internal::ParseFaults("no name here", &minor, &major));
+}
+
+TEST(ThreadWaitsTest, VmCountersDescribeTheirChange) {
+  const std::vector<std::pair<std::string, std::int64_t>> before = {{"pgfault", 10},
+                                                                    {"compact_stall", 2}};
+  const std::vector<std::pair<std::string, std::int64_t>> after = {
+      {"pgfault", 25}, {"compact_stall", 2}, {"thp_fault_alloc", 4}};
+  EXPECT_EQ(DescribeVmCounters(before, after), "pgfault +15, compact_stall +0 (host-wide)");
+  EXPECT_EQ(DescribeVmCounters({}, {}), "no /proc/vmstat");
+#if defined(__linux__)
+  const auto now = SampleVmCounters();
+  ASSERT_FALSE(now.empty());
+  EXPECT_EQ(now.front().first, "pgfault");
+#endif
+}
+
+// A thread that touches fresh pages takes page faults, and its sample counts them.
+TEST(ThreadWaitsTest, CountsAThreadsPageFaults) {
+#if !defined(__linux__)
+  GTEST_SKIP() << "per-thread fault counts are Linux's";
+#else
+  if (SampleThreads().empty()) GTEST_SKIP() << "this kernel keeps no per-thread schedstat";
+  std::atomic<int> phase{0};
+  std::thread t([&] {
+    pthread_setname_np(pthread_self(), "waits-test-pf");
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+    std::vector<char> fresh(std::size_t{64} << 20);  // 64 MiB: at least 32 faults (2 MiB pages)
+    for (std::size_t i = 0; i < fresh.size(); i += 4096) fresh[i] = 1;
+    phase.store(3);
+    while (phase.load() != 4) std::this_thread::yield();
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  const std::vector<ThreadSample> before = SampleThreads();
+  phase.store(2);
+  while (phase.load() != 3) std::this_thread::yield();
+  const std::vector<ThreadSample> after = SampleThreads();
+  phase.store(4);
+  t.join();
+  const std::vector<ThreadSample> d = ThreadWaitsBetween(before, after);
+  const ThreadSample* s = Named(d, "waits-test-pf");
+  ASSERT_NE(s, nullptr);
+  EXPECT_GE(s->minor_faults + s->major_faults, 32) << DescribeThreadWaits(d);
+#endif
 }
 
 // Two threads that spin on one CPU: each waits while the other runs, and the sample names them.
