@@ -1,8 +1,8 @@
 #!/bin/bash
-# Seventh device call (H200): the same as r6, each 70%-load run now with every thread's page faults and the host's fault, huge-page and compaction counters (r6: a completion thread's done callback took 3.8 ms with no wait for a CPU). The saturation section at T=512
-# three times with --piece-log (every piece of every 70%-load run, launch time and stages, as
-# CSV), to see which stage stalls first when a run falls milliseconds behind with its host
-# canary quiet and no thread waiting for a CPU (r5).
+# Seventh device call (H200): the saturation section at T=512 twice with --piece-log, each
+# 70%-load run now with every thread's page faults and the host's fault, huge-page and
+# compaction counters (r6: a completion thread's done callback took 3.8 ms while no thread
+# waited for a CPU); the transparent huge page settings after.
 set -u
 O=$1; COMMIT=$2; mkdir -p "$O"; cd "$(dirname "$0")/../../.."
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv > "$O/device.txt"
@@ -16,5 +16,5 @@ for i in 1 2; do
 done
 nvidia-smi -q -d PERFORMANCE,CLOCK > "$O/nvidia-smi-after.txt" 2>&1; cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag /sys/kernel/mm/transparent_hugepage/khugepaged/defrag > "$O/thp.txt" 2>&1
 echo "end $(date -u +%FT%TZ)" >> "$O/record.txt"
-for f in "$O"/saturation_*.txt; do echo "== $f"; grep -E "^saturation B=|70% load, run [0-9]: p99|threads waiting" "$f" | sed -e 's/tail: [^;]*; largest: /L: /' -e 's/(latency max[^)]*)//g' -e 's/; the producers.*//' | cut -c1-300; done
+for f in "$O"/saturation_*.txt; do echo "== $f"; grep -E "^saturation B=|70% load, run [0-9]: p99|threads waiting" "$f" | sed -e 's/tail: [^;]*; largest: /L: /' -e 's/(latency max[^)]*)//g' -e 's/; the producers.*//' | cut -c1-700; done
 tar -czf "$O.tgz" -C "$(dirname "$O")" "$(basename "$O")" && rm -rf "$O"
