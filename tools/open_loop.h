@@ -149,7 +149,8 @@ struct OpenLoopResult {
   std::int64_t start_steady_ns = 0;
   std::vector<ThreadSample> thread_waits;
   std::string thread_waits_text;
-  std::string vm_counters_text;  // DescribeVmCounters over the run
+  std::string vm_counters_text;  // DescribeVmCounters over the run, and the CPU time stolen
+  double stolen_cpu_ms = -1;     // StolenCpuMs over the run (all CPUs; -1: unknown)
   double longest_thread_wait_ms = 0;
 };
 
@@ -408,6 +409,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   std::optional<HostCanary> canary;  // OpenLoopConfig::host_canary_period
   std::vector<ThreadSample> threads_before;  // schedstat at the start
   std::vector<std::pair<std::string, std::int64_t>> vm_before;
+  double stolen_before_ms = -1;
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   auto produce = [&](int p) {
@@ -467,6 +469,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
     }
     threads_before = SampleThreads();
     vm_before = SampleVmCounters();
+    stolen_before_ms = StolenCpuMs();
     go.store(true, std::memory_order_release);
     produce(0);
     for (std::thread& t : threads) t.join();
@@ -497,6 +500,11 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   const Clock::time_point end = Clock::now();
   result.thread_waits = ThreadWaitsBetween(threads_before, SampleThreads());
   result.vm_counters_text = DescribeVmCounters(vm_before, SampleVmCounters());
+  if (const double stolen_ms = StolenCpuMs(); stolen_ms >= 0 && stolen_before_ms >= 0) {
+    result.stolen_cpu_ms = stolen_ms - stolen_before_ms;
+    result.vm_counters_text +=
+        "; CPU time stolen by the hypervisor " + std::to_string(result.stolen_cpu_ms) + " ms";
+  }
   const CanaryLog* canary_log = canary ? &canary->Stop() : nullptr;
   const scheduler::MetricsSnapshot m = sched->Metrics();
   const std::vector<scheduler::BatcherPass> passes = sched->RecentPasses();

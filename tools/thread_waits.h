@@ -153,6 +153,21 @@ inline std::vector<std::pair<std::string, std::int64_t>> SampleVmCounters() {
   return out;
 }
 
+// The host's CPU time stolen by the hypervisor, summed over every CPU (ms; the `steal` column of
+// /proc/stat's "cpu" line, in clock ticks), or -1 without it. A thread whose virtual CPU the
+// hypervisor does not run counts as running in its own schedstat, and only steal shows it.
+inline double StolenCpuMs() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  std::int64_t v[8] = {};
+  if (!(in >> cpu) || cpu != "cpu") return -1;
+  for (std::int64_t& x : v) {
+    if (!(in >> x)) return -1;
+  }
+  const long ticks = 100;  // USER_HZ: /proc/stat counts in 1/100 s on Linux
+  return static_cast<double>(v[7]) * 1000.0 / ticks;
+}
+
 // "pgfault +1234, thp_fault_alloc +0, ..." from `before` to `after` (names in both).
 inline std::string DescribeVmCounters(
     const std::vector<std::pair<std::string, std::int64_t>>& before,
