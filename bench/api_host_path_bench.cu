@@ -1165,6 +1165,9 @@ struct Saturation {
   // Each 70%-load run's longest wait of one thread for a CPU (ms; tools/thread_waits.h): a
   // runtime thread woken onto a busy core, which the canary does not see.
   std::vector<double> longest_thread_wait_ms_70_runs;
+  // ... and the CPU time the hypervisor stole over it (ms, all CPUs; -1 unknown): the runs
+  // with milliseconds of p99 had 110-210 ms stolen in 0.5 s, the quiet ones 0-10 (H200 r8).
+  std::vector<double> cpu_stolen_ms_70_runs;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
   // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-26) a
   // piece's events also span its wait behind the previous piece's compute, so this understates
@@ -1428,8 +1431,9 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                 r.scheduler_latency_p99_us);
     if (!r.passes.empty()) std::printf("  70%% load, run %d, batching thread: %s\n", i + 1,
                                        r.passes.c_str());
-    std::printf("  70%% load, run %d, host canary: %s; %.0f us of it in the largest cluster\n",
-                i + 1, r.canary.c_str(), r.canary_in_largest_cluster_us);
+    std::printf("  70%% load, run %d, host canary: %s; %.0f us of it in the largest cluster; "
+                "CPU stolen by the hypervisor %.0f ms\n",
+                i + 1, r.canary.c_str(), r.canary_in_largest_cluster_us, r.stolen_cpu_ms);
     std::printf("  70%% load, run %d, threads waiting for a CPU: %s; memory: %s\n", i + 1,
                 r.thread_waits_text.c_str(), r.vm_counters_text.c_str());
     canary_late_ms.push_back(r.canary_late_ms);
@@ -1473,6 +1477,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   s.canary_late_ms_70_runs = canary_late_ms;
   for (const tools::OpenLoopResult& r : loaded_runs) {
     s.longest_thread_wait_ms_70_runs.push_back(r.longest_thread_wait_ms);
+    s.cpu_stolen_ms_70_runs.push_back(r.stolen_cpu_ms);
   }
   s.bound_us = bound_us;
   s.submitted_1_5x = sat.submitted_per_s;
@@ -1521,6 +1526,9 @@ std::string LongSaturationJson(int context, const Saturation& b32, const Saturat
             ", \"canary_late_ms_70_runs_" + key + "\": " +
             (context == 0 ? std::string("null")
                           : "[" + JoinNumbers(s.canary_late_ms_70_runs, "%.2f", ", ") + "]") +
+            ", \"cpu_stolen_ms_70_runs_" + key + "\": " +
+            (context == 0 ? std::string("null")
+                          : "[" + JoinNumbers(s.cpu_stolen_ms_70_runs, "%.0f", ", ") + "]") +
             ", \"bound_" + key + "_us\": " + number(s.bound_us, "%.1f") +
             ", \"capacity_" + key + "\": " + number(s.capacity, "%.0f") +
             ", \"submitted_1_5x_" + key + "\": " + number(s.submitted_1_5x, "%.0f") +
@@ -1793,7 +1801,8 @@ int Run(const Options& o) {
                " \"p99_70_runs_b32_us\": [%s], \"p99_70_runs_b128_us\": [%s],\n"
                " \"canary_late_ms_70_runs_b32\": [%s], \"canary_late_ms_70_runs_b128\": [%s], "
                "\"longest_thread_wait_ms_70_runs_b32\": [%s], "
-               "\"longest_thread_wait_ms_70_runs_b128\": [%s], "
+               "\"longest_thread_wait_ms_70_runs_b128\": [%s],\n"
+               " \"cpu_stolen_ms_70_runs_b32\": [%s], \"cpu_stolen_ms_70_runs_b128\": [%s], "
                "\"canary_period_us\": %lld, \"canary_threshold_us\": %lld, "
                "\"saturation_tokens_per_sequence\": %d,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
@@ -1822,6 +1831,8 @@ int Run(const Options& o) {
                JoinNumbers(s128.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
                JoinNumbers(s32.longest_thread_wait_ms_70_runs, "%.2f", ", ").c_str(),
                JoinNumbers(s128.longest_thread_wait_ms_70_runs, "%.2f", ", ").c_str(),
+               JoinNumbers(s32.cpu_stolen_ms_70_runs, "%.0f", ", ").c_str(),
+               JoinNumbers(s128.cpu_stolen_ms_70_runs, "%.0f", ", ").c_str(),
                static_cast<long long>(tools::kCanaryPeriod.count()),
                static_cast<long long>(tools::kCanaryThreshold.count()), o.tokens_per_sequence,
                s32.capacity,

@@ -168,21 +168,31 @@ attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
   return attnrt::tools::RunOpenLoop(c, executor);
 }
 
-// The runs whose host canary was late by a millisecond or more in all: "N of M runs, X ms in
-// all, the longest Y us" (empty when none), for the warning after the sweep.
-std::string HostStallSummary(const std::vector<const attnrt::tools::OpenLoopResult*>& runs) {
-  int stalled = 0;
-  double late_ms = 0, longest_us = 0;
+// The runs the host disturbed: its canary late by a millisecond or more in all, or the
+// hypervisor stealing a tenth of a run's duration of CPU time (summed over the CPUs; /proc/stat,
+// in 10 ms ticks): on the lent GPU hosts every run with 70%-load p99s of milliseconds had
+// 110-210 ms stolen in 0.5 s while its canary stayed punctual, and the quiet runs 0-10 ms
+// (H200, 2026-11-29). "N of M runs: the canary late X ms in all (the longest Y us), Z ms of CPU
+// stolen" (empty when none), for the warning after the sweep.
+std::string HostStallSummary(const std::vector<const attnrt::tools::OpenLoopResult*>& runs,
+                             double run_duration_s) {
+  int disturbed = 0;
+  double late_ms = 0, longest_us = 0, stolen_ms = 0;
   for (const attnrt::tools::OpenLoopResult* r : runs) {
-    if (r->canary_late_ms < 1.0) continue;
-    ++stalled;
+    const bool late = r->canary_late_ms >= 1.0;
+    const bool stolen = r->stolen_cpu_ms >= 0.1 * run_duration_s * 1e3;
+    if (!late && !stolen) continue;
+    ++disturbed;
     late_ms += r->canary_late_ms;
     longest_us = std::max(longest_us, r->canary_longest_us);
+    stolen_ms += std::max(0.0, r->stolen_cpu_ms);
   }
-  if (stalled == 0) return "";
-  char buffer[160];
-  std::snprintf(buffer, sizeof buffer, "%d of %zu runs, %.1f ms in all, the longest %.0f us",
-                stalled, runs.size(), late_ms, longest_us);
+  if (disturbed == 0) return "";
+  char buffer[200];
+  std::snprintf(buffer, sizeof buffer,
+                "%d of %zu runs: the canary late %.1f ms in all (the longest %.0f us), %.0f ms "
+                "of CPU stolen by the hypervisor",
+                disturbed, runs.size(), late_ms, longest_us, stolen_ms);
   return buffer;
 }
 
@@ -307,7 +317,9 @@ nlohmann::ordered_json RunJson(const attnrt::tools::OpenLoopResult& r) {
           {"late", attnrt::tools::DescribeLateClusters(r.late)},
           // The host canary (tools/host_canary.h): late wake-ups of a thread beside the run.
           {"host_canary", r.canary},
-          {"host_canary_late_ms", r.canary_late_ms}};
+          {"host_canary_late_ms", r.canary_late_ms},
+          // CPU time the hypervisor stole over the run, all CPUs (-1: unknown).
+          {"cpu_stolen_ms", r.stolen_cpu_ms}};
 }
 
 nlohmann::ordered_json PointJson(const Point& p) {
@@ -710,11 +722,11 @@ int main(int argc, char** argv) {
     for (const Point& p : points) {
       for (const auto& r : p.runs) runs.push_back(&r);
     }
-    const std::string stalls = HostStallSummary(runs);
+    const std::string stalls = HostStallSummary(runs, o.duration_s);
     if (!stalls.empty()) {
-      std::printf("\nWARNING: the host stopped this process during %s (a thread waking every "
-                  "%lld us woke that late): those runs' tails are the host's, not the "
-                  "runtime's; rerun on a quiet machine to tune by p99\n",
+      std::printf("\nWARNING: the host took the CPU from this process in %s (a thread waking "
+                  "every %lld us, and /proc/stat's steal): those runs' tails are the host's, "
+                  "not the runtime's; rerun on a quiet machine to tune by p99\n",
                   stalls.c_str(), static_cast<long long>(attnrt::tools::kCanaryPeriod.count()));
     }
     doc["host_stalls"] = stalls;
@@ -788,7 +800,9 @@ int main(int argc, char** argv) {
                 0.7 * cap->throughput_per_s, loaded->p99_us, bound, p99_ok ? "PASS" : "FAIL",
                 loaded->p50_us, loaded->p999_us, loaded->batch_mean,
                 static_cast<long long>(loaded->rejected));
-    std::printf("    host canary (70%% load): %s\n", loaded->canary.c_str());
+    std::printf("    host canary (70%% load): %s; threads waiting for a CPU: %s; %s\n",
+                loaded->canary.c_str(), loaded->thread_waits_text.c_str(),
+                loaded->vm_counters_text.c_str());
     // Where the time went (scheduler metrics): submit -> dispatch, and executor Submit -> done
     // per batch (which includes waiting behind the batches already in flight).
     for (const auto& [name, r] : {std::pair<const char*, const attnrt::tools::OpenLoopResult*>{

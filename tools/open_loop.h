@@ -502,8 +502,10 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   result.vm_counters_text = DescribeVmCounters(vm_before, SampleVmCounters());
   if (const double stolen_ms = StolenCpuMs(); stolen_ms >= 0 && stolen_before_ms >= 0) {
     result.stolen_cpu_ms = stolen_ms - stolen_before_ms;
-    result.vm_counters_text +=
-        "; CPU time stolen by the hypervisor " + std::to_string(result.stolen_cpu_ms) + " ms";
+    char stolen[64];
+    std::snprintf(stolen, sizeof stolen, "; CPU time stolen by the hypervisor %.0f ms",
+                  result.stolen_cpu_ms);
+    result.vm_counters_text += stolen;
   }
   const CanaryLog* canary_log = canary ? &canary->Stop() : nullptr;
   const scheduler::MetricsSnapshot m = sched->Metrics();
