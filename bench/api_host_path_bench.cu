@@ -1012,7 +1012,6 @@ HostCpu MeasureHostCpu(double duration_s, bool device_inputs = false, Variation 
   return h;
 }
 
-// Medians of the executor's per-piece host and GPU times over one run; returns the GPU one.
 // One CSV line a piece, in launch order, its launch `origin_ns` later on the steady clock (ms):
 // the timeline of a run's stages, for the stretches the summary lines only name.
 void WritePieceLog(const std::string& path, const std::vector<runtime::PieceTimings>& t,
@@ -1036,6 +1035,7 @@ void WritePieceLog(const std::string& path, const std::vector<runtime::PieceTimi
   std::fclose(f);
 }
 
+// Medians of the executor's per-piece host and GPU times over one run; returns the GPU one.
 double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimings> t) {
   if (t.empty()) return 0.0;
   auto percentile = [&](double runtime::PieceTimings::*field, double q) {
@@ -1163,7 +1163,7 @@ struct Saturation {
   // summed (ms; milliseconds of it mean the host stopped the process's threads, not the runtime).
   std::vector<double> canary_late_ms_70_runs;
   // Each 70%-load run's longest wait of one thread for a CPU (ms; tools/thread_waits.h): a
-  // runtime thread woken onto a busy core, which the canary does not see.
+  // thread of the run woken onto a busy CPU, which the canary does not see.
   std::vector<double> longest_thread_wait_ms_70_runs;
   // ... and the CPU time the hypervisor stole over it (ms, all CPUs; -1 unknown): the runs
   // with milliseconds of p99 had 110-210 ms stolen in 0.5 s, the quiet ones 0-10 (H200 r8).

@@ -29,9 +29,9 @@
 #include "runtime/executor.h"
 #include "scheduler/scheduler.h"
 #include "tools/host_canary.h"
-#include "tools/thread_waits.h"
 #include "tools/late_clusters.h"
 #include "tools/percentile.h"
+#include "tools/thread_waits.h"
 
 namespace attnrt::tools {
 
@@ -143,15 +143,16 @@ struct OpenLoopResult {
   std::string canary;
   std::int64_t canary_stalls = -1;
   double canary_longest_us = 0, canary_late_ms = 0, canary_in_largest_cluster_us = 0;
-  // Every thread's wait for a CPU over the run (ThreadWaitsBetween, longest first; empty where
-  // the kernel keeps no per-thread schedstat): DescribeThreadWaits of it, and the longest.
   // The schedule's origin (arrival 0) on std::chrono::steady_clock, ns since its epoch.
   std::int64_t start_steady_ns = 0;
+  // Every thread's wait for a CPU and page faults over the run (ThreadWaitsBetween, longest
+  // wait first; empty where the kernel keeps no per-thread schedstat): DescribeThreadWaits of
+  // it, and the longest wait.
   std::vector<ThreadSample> thread_waits;
   std::string thread_waits_text;
+  double longest_thread_wait_ms = 0;
   std::string vm_counters_text;  // DescribeVmCounters over the run, and the CPU time stolen
   double stolen_cpu_ms = -1;     // StolenCpuMs over the run (all CPUs; -1: unknown)
-  double longest_thread_wait_ms = 0;
 };
 
 // Builds (or hands out a cached, idle) executor for one configuration: it must accept batches of

@@ -19,6 +19,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__linux__)
+#include <unistd.h>
+#endif
+
 namespace attnrt::tools {
 
 // One thread's scheduler counters at one time (nanoseconds since the thread started).
@@ -164,8 +168,12 @@ inline double StolenCpuMs() {
   for (std::int64_t& x : v) {
     if (!(in >> x)) return -1;
   }
-  const long ticks = 100;  // USER_HZ: /proc/stat counts in 1/100 s on Linux
-  return static_cast<double>(v[7]) * 1000.0 / ticks;
+#if defined(__linux__)
+  const long ticks = sysconf(_SC_CLK_TCK);  // USER_HZ, the unit of /proc/stat
+#else
+  const long ticks = 100;
+#endif
+  return ticks > 0 ? static_cast<double>(v[7]) * 1000.0 / ticks : -1;
 }
 
 // "pgfault +1234, thp_fault_alloc +0, ..." from `before` to `after` (names in both).
