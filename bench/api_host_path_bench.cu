@@ -1168,6 +1168,10 @@ struct Saturation {
   // ... and the CPU time the hypervisor stole over it (ms, all CPUs; -1 unknown): the runs
   // with milliseconds of p99 had 110-210 ms stolen in 0.5 s, the quiet ones 0-10 (H200 r8).
   std::vector<double> cpu_stolen_ms_70_runs;
+  // The 70%-load p99 pooled over the runs the host left alone (tools::HostDisturbed false), and
+  // how many they were; -1 when every run was disturbed. Beside p99_70_us, never instead of it.
+  double p99_70_undisturbed_us = -1;
+  int undisturbed_70_runs = 0;
   // batch / the capacity run's median GPU time per piece (CUDA events around each launch), and
   // the 1.5x run's throughput over it. Since each pipeline buffer has a stream (2026-11-26) a
   // piece's events also span its wait behind the previous piece's compute, so this understates
@@ -1409,7 +1413,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   // milliseconds (the load generator's own threads late by as much, 2026-11-29) decided it.
   constexpr int kLoadedRuns = 3;
   std::vector<tools::OpenLoopResult> loaded_runs;
-  std::vector<std::int64_t> pooled, pooled_with_warmup;
+  std::vector<std::int64_t> pooled, pooled_with_warmup, pooled_undisturbed;
   std::vector<double> canary_late_ms;  // each run's host canary, its late wake-ups summed
   for (int i = 0; i < kLoadedRuns; ++i) {
     reset();
@@ -1442,6 +1446,10 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                 static_cast<long long>(kSaturationWarmup.count()),
                 static_cast<long long>(r.warmup_requests), r.warmup_max_us);
     pooled.insert(pooled.end(), r.latencies_ns.begin(), r.latencies_ns.end());
+    if (!r.host_disturbed) {
+      pooled_undisturbed.insert(pooled_undisturbed.end(), r.latencies_ns.begin(),
+                                r.latencies_ns.end());
+    }
     pooled_with_warmup.insert(pooled_with_warmup.end(), r.latencies_with_warmup_ns.begin(),
                               r.latencies_with_warmup_ns.end());
     r.latencies_ns = {};
@@ -1475,9 +1483,19 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   s.p99_70_with_warmup_us = loaded_rejected > 0 ? 1e9 : pooled_p99_with_warmup_us;
   s.p99_70_runs_us = run_p99s;
   s.canary_late_ms_70_runs = canary_late_ms;
+  std::int64_t undisturbed_rejected = 0;
   for (const tools::OpenLoopResult& r : loaded_runs) {
     s.longest_thread_wait_ms_70_runs.push_back(r.longest_thread_wait_ms);
     s.cpu_stolen_ms_70_runs.push_back(r.stolen_cpu_ms);
+    if (!r.host_disturbed) {
+      ++s.undisturbed_70_runs;
+      undisturbed_rejected += r.rejected;
+    }
+  }
+  if (s.undisturbed_70_runs > 0) {
+    std::sort(pooled_undisturbed.begin(), pooled_undisturbed.end());
+    s.p99_70_undisturbed_us =
+        undisturbed_rejected > 0 ? 1e9 : tools::PercentileOfSorted(pooled_undisturbed, 0.99) * 1e-3;
   }
   s.bound_us = bound_us;
   s.submitted_1_5x = sat.submitted_per_s;
@@ -1498,11 +1516,30 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
               sat.throughput_per_s, s.ratio, s.gpu_capacity, s.gpu_ratio, s.p99_70_us,
               kLoadedRuns, JoinNumbers(run_p99s, "%.0f").c_str(), s.p99_70_with_warmup_us,
               tools::Median(run_executor_p50s), s.bound_us);
+  if (s.undisturbed_70_runs < kLoadedRuns) {
+    std::printf("  70%% load: the host disturbed %d of %d runs (canary late >= %.0f ms or CPU "
+                "stolen >= %.0f%% of a run); the others pooled: %s\n",
+                kLoadedRuns - s.undisturbed_70_runs, kLoadedRuns,
+                tools::kDisturbingCanaryLateMs, 100 * tools::kDisturbingStolenFraction,
+                s.undisturbed_70_runs > 0
+                    ? ("p99 " + std::to_string(static_cast<long long>(s.p99_70_undisturbed_us)) +
+                       " us vs bound " + std::to_string(static_cast<long long>(s.bound_us)) + " us")
+                          .c_str()
+                    : "none");
+  }
   return s;
 }
 
 // The summary's keys for the saturation rows at the long context (`context` 0: not measured,
 // every value null).
+// p99_70_undisturbed_us for the summary: null when every run was disturbed.
+std::string UndisturbedP99Json(const Saturation& s) {
+  if (s.undisturbed_70_runs == 0) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", s.p99_70_undisturbed_us);
+  return b;
+}
+
 std::string LongSaturationJson(int context, const Saturation& b32, const Saturation& b128) {
   auto number = [&](double v, const char* format) {
     if (context == 0) return std::string("null");
@@ -1529,6 +1566,10 @@ std::string LongSaturationJson(int context, const Saturation& b32, const Saturat
             ", \"cpu_stolen_ms_70_runs_" + key + "\": " +
             (context == 0 ? std::string("null")
                           : "[" + JoinNumbers(s.cpu_stolen_ms_70_runs, "%.0f", ", ") + "]") +
+            ", \"p99_70_undisturbed_" + key + "_us\": " +
+            (context == 0 ? std::string("null") : UndisturbedP99Json(s)) +
+            ", \"undisturbed_70_runs_" + key + "\": " +
+            (context == 0 ? std::string("null") : std::to_string(s.undisturbed_70_runs)) +
             ", \"bound_" + key + "_us\": " + number(s.bound_us, "%.1f") +
             ", \"capacity_" + key + "\": " + number(s.capacity, "%.0f") +
             ", \"submitted_1_5x_" + key + "\": " + number(s.submitted_1_5x, "%.0f") +
@@ -1803,6 +1844,8 @@ int Run(const Options& o) {
                "\"longest_thread_wait_ms_70_runs_b32\": [%s], "
                "\"longest_thread_wait_ms_70_runs_b128\": [%s],\n"
                " \"cpu_stolen_ms_70_runs_b32\": [%s], \"cpu_stolen_ms_70_runs_b128\": [%s], "
+               "\"p99_70_undisturbed_b32_us\": %s, \"undisturbed_70_runs_b32\": %d, "
+               "\"p99_70_undisturbed_b128_us\": %s, \"undisturbed_70_runs_b128\": %d,\n "
                "\"canary_period_us\": %lld, \"canary_threshold_us\": %lld, "
                "\"saturation_tokens_per_sequence\": %d,\n"
                " \"capacity_b32\": %.0f, \"capacity_b128\": %.0f,\n"
@@ -1833,6 +1876,8 @@ int Run(const Options& o) {
                JoinNumbers(s128.longest_thread_wait_ms_70_runs, "%.2f", ", ").c_str(),
                JoinNumbers(s32.cpu_stolen_ms_70_runs, "%.0f", ", ").c_str(),
                JoinNumbers(s128.cpu_stolen_ms_70_runs, "%.0f", ", ").c_str(),
+               UndisturbedP99Json(s32).c_str(), s32.undisturbed_70_runs,
+               UndisturbedP99Json(s128).c_str(), s128.undisturbed_70_runs,
                static_cast<long long>(tools::kCanaryPeriod.count()),
                static_cast<long long>(tools::kCanaryThreshold.count()), o.tokens_per_sequence,
                s32.capacity,

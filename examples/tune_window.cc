@@ -168,20 +168,14 @@ attnrt::StatusOr<attnrt::tools::OpenLoopResult> RunPoint(const ToolOptions& o,
   return attnrt::tools::RunOpenLoop(c, executor);
 }
 
-// The runs the host disturbed: its canary late by a millisecond or more in all, or the
-// hypervisor stealing a tenth of a run's duration of CPU time (summed over the CPUs; /proc/stat,
-// in 10 ms ticks): on the lent GPU hosts every run with 70%-load p99s of milliseconds had
-// 110-210 ms stolen in 0.5 s while its canary stayed punctual, and the quiet runs 0-10 ms
-// (H200, 2026-11-29). "N of M runs: the canary late X ms in all (the longest Y us), Z ms of CPU
-// stolen" (empty when none), for the warning after the sweep.
-std::string HostStallSummary(const std::vector<const attnrt::tools::OpenLoopResult*>& runs,
-                             double run_duration_s) {
+// The runs the host disturbed (tools::HostDisturbed: the canary late, or the hypervisor's
+// steal): "N of M runs: the canary late X ms in all (the longest Y us), Z ms of CPU stolen"
+// (empty when none), for the warning after the sweep.
+std::string HostStallSummary(const std::vector<const attnrt::tools::OpenLoopResult*>& runs) {
   int disturbed = 0;
   double late_ms = 0, longest_us = 0, stolen_ms = 0;
   for (const attnrt::tools::OpenLoopResult* r : runs) {
-    const bool late = r->canary_late_ms >= 1.0;
-    const bool stolen = r->stolen_cpu_ms >= 0.1 * run_duration_s * 1e3;
-    if (!late && !stolen) continue;
+    if (!r->host_disturbed) continue;
     ++disturbed;
     late_ms += r->canary_late_ms;
     longest_us = std::max(longest_us, r->canary_longest_us);
@@ -319,7 +313,8 @@ nlohmann::ordered_json RunJson(const attnrt::tools::OpenLoopResult& r) {
           {"host_canary", r.canary},
           {"host_canary_late_ms", r.canary_late_ms},
           // CPU time the hypervisor stole over the run, all CPUs (-1: unknown).
-          {"cpu_stolen_ms", r.stolen_cpu_ms}};
+          {"cpu_stolen_ms", r.stolen_cpu_ms},
+          {"host_disturbed", r.host_disturbed}};
 }
 
 nlohmann::ordered_json PointJson(const Point& p) {
@@ -722,7 +717,7 @@ int main(int argc, char** argv) {
     for (const Point& p : points) {
       for (const auto& r : p.runs) runs.push_back(&r);
     }
-    const std::string stalls = HostStallSummary(runs, o.duration_s);
+    const std::string stalls = HostStallSummary(runs);
     if (!stalls.empty()) {
       std::printf("\nWARNING: the host took the CPU from this process in %s (a thread waking "
                   "every %lld us, and /proc/stat's steal): those runs' tails are the host's, "

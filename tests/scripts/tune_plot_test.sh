@@ -42,7 +42,7 @@ assert len(doc["points"]) == n, f"{len(doc['points'])} points, expected {n}"
 for p in doc["points"]:
     for run in p["runs"]:
         for key in ("warmup_requests", "p99_with_warmup_us", "submit_late_p99_us", "late",
-                    "host_canary", "host_canary_late_ms", "cpu_stolen_ms"):
+                    "host_canary", "host_canary_late_ms", "cpu_stolen_ms", "host_disturbed"):
             assert key in run, f"no '{key}' in a run of point {p['rate']}"
         assert " requests over " in run["late"], f"late: {run['late']}"
         assert "wake-ups late by over 200 us" in run["host_canary"], run["host_canary"]

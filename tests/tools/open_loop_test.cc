@@ -135,6 +135,19 @@ TEST(OpenLoopTest, HostCanaryReportsItsWakeUps) {
   EXPECT_TRUE(off->canary.empty());
 }
 
+// A run is the host's when its canary was late a millisecond in all, or the hypervisor stole a
+// tenth of its duration of CPU time; a run without a canary or a steal counter is judged on what
+// it has.
+TEST(OpenLoopTest, HostDisturbedByTheCanaryOrTheSteal) {
+  EXPECT_FALSE(HostDisturbed(0.0, 0.0, 0.5));
+  EXPECT_FALSE(HostDisturbed(0.99, 49.0, 0.5));
+  EXPECT_TRUE(HostDisturbed(1.0, 0.0, 0.5));
+  EXPECT_TRUE(HostDisturbed(0.0, 50.0, 0.5));
+  EXPECT_TRUE(HostDisturbed(0.0, 120.0, 0.5));
+  EXPECT_FALSE(HostDisturbed(0.0, 120.0, 2.0));  // a tenth of 2 s is 200 ms
+  EXPECT_FALSE(HostDisturbed(0.0, -1.0, 0.5));   // steal unknown
+}
+
 // Each run reports its threads' waits for a CPU (where the kernel keeps them): the scheduler's
 // batching thread among them, ran for some time, the longest wait first.
 TEST(OpenLoopTest, ReportsTheThreadsWaitsForACpu) {
@@ -154,6 +167,8 @@ TEST(OpenLoopTest, ReportsTheThreadsWaitsForACpu) {
   EXPECT_TRUE(batcher_ran) << r->thread_waits_text;
   EXPECT_NE(r->thread_waits_text.find("page faults in all"), std::string::npos) << r->thread_waits_text;
   EXPECT_NE(r->vm_counters_text.find("pgfault +"), std::string::npos) << r->vm_counters_text;
+  EXPECT_EQ(r->host_disturbed,
+            HostDisturbed(r->canary_late_ms, r->stolen_cpu_ms, SmallLoad().duration_s));
 }
 
 // Request i (round r = i / parents) decodes a fork of parent j = i % parents, generation
