@@ -477,13 +477,15 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
       });
     }
     while (ready.load(std::memory_order_acquire) < config.producers - 1) std::this_thread::yield();
+    // Before the schedule's origin is set: reading /proc takes a fraction of a millisecond, which
+    // would come out of kStartLead.
+    threads_before = SampleThreads();
+    vm_before = SampleVmCounters();
+    stolen_before_ms = StolenCpuMs();
     start = Clock::now() + kStartLead;
     if (config.host_canary_period.count() > 0) {
       canary.emplace(start, config.host_canary_period, config.host_canary_threshold);
     }
-    threads_before = SampleThreads();
-    vm_before = SampleVmCounters();
-    stolen_before_ms = StolenCpuMs();
     go.store(true, std::memory_order_release);
     produce(0);
     for (std::thread& t : threads) t.join();
