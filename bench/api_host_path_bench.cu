@@ -1419,7 +1419,6 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   int undisturbed_so_far = 0;
   std::vector<tools::OpenLoopResult> loaded_runs;
   std::vector<std::int64_t> pooled, pooled_with_warmup, pooled_undisturbed;
-  std::vector<double> canary_late_ms;  // each run's host canary, its late wake-ups summed
   for (int i = 0; i < kLoadedRuns + kExtraLoadedRuns &&
                   (i < kLoadedRuns || undisturbed_so_far < kLoadedRuns);
        ++i) {
@@ -1448,7 +1447,6 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
                 i + 1, r.canary.c_str(), r.canary_in_largest_cluster_us, r.stolen_cpu_ms);
     std::printf("  70%% load, run %d, threads waiting for a CPU: %s; memory: %s\n", i + 1,
                 r.thread_waits_text.c_str(), r.vm_counters_text.c_str());
-    canary_late_ms.push_back(r.canary_late_ms);
     std::printf("  70%% load, run %d, start: %s; the first %lld ms (%lld requests, latency max "
                 "%.0f us) are a warm-up\n", i + 1, r.start.c_str(),
                 static_cast<long long>(kSaturationWarmup.count()),
@@ -1490,9 +1488,9 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
   s.p99_70_us = loaded_rejected > 0 ? 1e9 : pooled_p99_us;
   s.p99_70_with_warmup_us = loaded_rejected > 0 ? 1e9 : pooled_p99_with_warmup_us;
   s.p99_70_runs_us = run_p99s;
-  s.canary_late_ms_70_runs = canary_late_ms;
   std::int64_t undisturbed_rejected = 0;
   for (const tools::OpenLoopResult& r : loaded_runs) {
+    s.canary_late_ms_70_runs.push_back(r.canary_late_ms);
     s.longest_thread_wait_ms_70_runs.push_back(r.longest_thread_wait_ms);
     s.cpu_stolen_ms_70_runs.push_back(r.stolen_cpu_ms);
     if (!r.host_disturbed) {
