@@ -129,6 +129,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e, int max_kv_l
     Status status;
     if (options.record_timings) status = CudaStatus(cudaEventRecord(buf.start.get(), st),
                                                     "cudaEventRecord(start)", __FILE__, __LINE__);
+    const Clock::time_point t_graph = Clock::now();
     if (status.ok()) {
       if (options.mode == LaunchMode::kGraph) {
         CapturedGraph& g = GraphFor(piece.path, piece.bucket_index, piece.buffer);
@@ -158,6 +159,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e, int max_kv_l
         status = EnqueueEager(piece.path, piece.bucket_index, piece.buffer, e);
       }
     }
+    piece.timings.graph_launch_us = MicrosSince(t_graph);
     piece.launch_status = status;
   }
   // A failed launch may have queued no compute (and no record of `computed`).

@@ -159,6 +159,7 @@ struct PieceTimings {
   double pack_us = 0.0;    // filling the pinned staging for this piece
   double pack_copy_us = 0.0;  // of it: copying host-memory requests' q/k/v
   double launch_us = 0.0;  // graph launch (or eager launches) + completion event record
+  double graph_launch_us = 0.0;  // of it: the cudaGraphLaunch call (or the eager launches) alone
   double gpu_us = 0.0;     // event before the launch to the completion event
   // The completion thread's side: launched -> it took the piece (its wake-up), took -> the
   // completion event observed, and the copy of host-memory outputs out of the staging.
