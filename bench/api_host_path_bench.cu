@@ -1194,6 +1194,14 @@ struct Saturation {
 // CudaExecutor::SetDisabledStagesForBenchmark (what a stage costs, as a difference).
 struct LonePiece {
   double run_us = 0, gpu_us = 0;
+  // The executor's host medians: plan, pack, launch, and of the launch the graph launch call.
+  double plan_us = 0, pack_us = 0, launch_us = 0, graph_launch_us = 0;
+  std::string Host() const {
+    char b[160];
+    std::snprintf(b, sizeof b, "plan %.1f, pack %.1f, launch %.1f (the graph launch %.1f)",
+                  plan_us, pack_us, launch_us, graph_launch_us);
+    return b;
+  }
 };
 // The model of the lone-piece and saturation rows: H32 Hkv8 D128, one layer, blocks of 16.
 ModelShape LoadShape(int max_context) {
@@ -1234,7 +1242,7 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
   }
   testing::NormalRng rng(5);
   testing::FillNormal(std::span<Half>(rows, row * batch), rng);
-  std::vector<double> run_us, gpu_us;
+  std::vector<double> run_us, gpu_us, plan_us, pack_us, launch_us, graph_launch_us;
   for (int i = 0; i < iterations + 20; ++i) {
     runtime::Batch b;
     b.requests.resize(batch);
@@ -1257,11 +1265,21 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
     for (const Status& st : *per) {
       if (!st.ok()) Die("lone piece: " + st.ToString());
     }
-    double gpu = 0;
-    for (const runtime::PieceTimings& pt : (*ex)->TakeTimings()) gpu += pt.gpu_us;
+    double gpu = 0, plan = 0, pack = 0, launch = 0, graph_launch = 0;
+    for (const runtime::PieceTimings& pt : (*ex)->TakeTimings()) {
+      gpu += pt.gpu_us;
+      plan += pt.plan_us;
+      pack += pt.pack_us;
+      launch += pt.launch_us;
+      graph_launch += pt.graph_launch_us;
+    }
     if (i >= 20) {
       run_us.push_back(t);
       gpu_us.push_back(gpu);
+      plan_us.push_back(plan);
+      pack_us.push_back(pack);
+      launch_us.push_back(launch);
+      graph_launch_us.push_back(graph_launch);
     }
   }
   for (int r = 0; r < batch && disabled_stages == 0; ++r) {  // every row's output (|out| < 8)
@@ -1273,7 +1291,8 @@ LonePiece MeasureLonePiece(int batch, bool staged, int iterations,
     }
   }
   if (staged) (*ex)->staging_memory()->Free(rows);
-  return {Percentile(run_us, 0.5), Percentile(gpu_us, 0.5)};
+  return {Percentile(run_us, 0.5), Percentile(gpu_us, 0.5), Percentile(plan_us, 0.5),
+          Percentile(pack_us, 0.5), Percentile(launch_us, 0.5), Percentile(graph_launch_us, 0.5)};
 }
 
 // `v`'s numbers, each printed with `format`, joined by `separator`.
@@ -1748,19 +1767,24 @@ int Run(const Options& o) {
     using runtime::CudaExecutor;
     const int n = o.quick ? 100 : 400;
     for (int round = 0; round < 2; ++round) {
+      for (int b : {1, 32}) {
+        const LonePiece small = MeasureLonePiece(b, true, n);
+        std::printf("lone staged piece B=%-3d                   Run p50 %7.1f us, gpu p50 %7.1f "
+                    "us; %s\n", b, small.run_us, small.gpu_us, small.Host().c_str());
+      }
       const LonePiece staged = MeasureLonePiece(128, true, n);
       std::printf("lone staged piece B=128:                  Run p50 %7.1f us, gpu p50 %7.1f "
-                  "us\n", staged.run_us, staged.gpu_us);
+                  "us; %s\n", staged.run_us, staged.gpu_us, staged.Host().c_str());
       const LonePiece h = MeasureLonePiece(128, false, n);
       std::printf("lone host-memory piece B=128:             Run p50 %7.1f us, gpu p50 %7.1f "
-                  "us\n", h.run_us, h.gpu_us);
+                  "us; %s\n", h.run_us, h.gpu_us, h.Host().c_str());
       const LonePiece io = MeasureLonePiece(128, true, n, CudaExecutor::kStageCompute);
       std::printf("lone staged piece B=128, compute off:     Run p50 %7.1f us, gpu p50 %7.1f "
-                  "us\n", io.run_us, io.gpu_us);
+                  "us; %s\n", io.run_us, io.gpu_us, io.Host().c_str());
       const LonePiece compute =
           MeasureLonePiece(128, false, n, CudaExecutor::kStageH2DInputs | CudaExecutor::kStageD2H);
       std::printf("lone host-memory piece B=128, copies off: Run p50 %7.1f us, gpu p50 %7.1f "
-                  "us\n", compute.run_us, compute.gpu_us);
+                  "us; %s\n", compute.run_us, compute.gpu_us, compute.Host().c_str());
     }
   }
   if (o.staging_ab) {

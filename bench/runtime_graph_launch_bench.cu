@@ -21,6 +21,15 @@ __global__ void EmptyKernel(int* sink) {
   if (sink != nullptr && threadIdx.x == 0 && blockIdx.x == 0) *sink = 1;
 }
 
+// A kernel parameter the size of a decode step's batch view and plan.
+struct BigParams {
+  int* sink;
+  long long words[95];
+};
+__global__ void BigParamsKernel(BigParams p) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) *p.sink = static_cast<int>(p.words[94]);
+}
+
 #define PROBE_CHECK(call)                                                         \
   do {                                                                            \
     const cudaError_t e_ = (call);                                                \
@@ -36,6 +45,8 @@ struct Shape {
   bool record_node = false;    // an event record node after the last kernel
   std::size_t copy_bytes = 0;  // a pinned host -> device memcpy node before the kernels
   int grid = 1;                // each kernel's CTAs
+  bool programmatic = false;   // kernels chained by programmatic edges (PDL) instead of full ones
+  bool big_params = false;     // 768-byte kernel parameters
 };
 
 void Launch(benchmark::State& state, const Shape& shape) {
@@ -74,15 +85,28 @@ void Launch(benchmark::State& state, const Shape& shape) {
                                          shape.copy_bytes, cudaMemcpyHostToDevice));
     last = node;
   }
+  BigParams big{};
+  big.sink = sink;
   for (int k = 0; k < shape.kernels; ++k) {
     cudaKernelNodeParams params{};
     void* args[] = {&sink};
-    params.func = reinterpret_cast<void*>(EmptyKernel);
+    void* big_args[] = {&big};
+    params.func = shape.big_params ? reinterpret_cast<void*>(BigParamsKernel)
+                                   : reinterpret_cast<void*>(EmptyKernel);
     params.gridDim = dim3(shape.grid);
     params.blockDim = dim3(128);
-    params.kernelParams = args;
+    params.kernelParams = shape.big_params ? big_args : args;
     cudaGraphNode_t node = nullptr;
-    PROBE_CHECK(cudaGraphAddKernelNode(&node, graph, &last, deps(), &params));
+    const bool after_kernel = k > 0;
+    PROBE_CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &params));
+    if (last != nullptr) {
+      cudaGraphEdgeData edge{};
+      if (shape.programmatic && after_kernel) {
+        edge.type = cudaGraphDependencyTypeProgrammatic;
+        edge.from_port = cudaGraphKernelNodePortProgrammatic;
+      }
+      PROBE_CHECK(cudaGraphAddDependencies(graph, &last, &node, &edge, 1));
+    }
     last = node;
   }
   if (shape.record_node) {
@@ -145,6 +169,20 @@ void BM_CopyAndKernel(benchmark::State& state) {
   Launch(state, {.copy_bytes = static_cast<std::size_t>(state.range(0))});
 }
 
+void BM_ProgrammaticKernels(benchmark::State& state) {
+  Launch(state, {.kernels = static_cast<int>(state.range(0)), .programmatic = true});
+}
+void BM_BigParamsKernels(benchmark::State& state) {
+  Launch(state, {.kernels = static_cast<int>(state.range(0)), .big_params = true});
+}
+// As the executor's in-place device-memory graph: the metadata copy, the wait for the previous
+// buffer's compute, append + decode + merge chained by programmatic edges, the record.
+void BM_LikeTheStep(benchmark::State& state) {
+  Launch(state, {.kernels = 3, .wait_node = true, .record_node = true,
+                 .copy_bytes = static_cast<std::size_t>(state.range(0)), .grid = 1056,
+                 .programmatic = true, .big_params = true});
+}
+
 #define PROBE_ARGS UseManualTime()->Iterations(3000)->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_OneKernel)->PROBE_ARGS;
 BENCHMARK(BM_Kernels)->Arg(2)->Arg(4)->Arg(8)->PROBE_ARGS;
@@ -153,6 +191,9 @@ BENCHMARK(BM_KernelAndEventWait)->PROBE_ARGS;
 BENCHMARK(BM_KernelAndEventRecord)->PROBE_ARGS;
 BENCHMARK(BM_EventWaitKernelsRecord)->Arg(1)->Arg(3)->PROBE_ARGS;
 BENCHMARK(BM_CopyAndKernel)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20)->PROBE_ARGS;
+BENCHMARK(BM_ProgrammaticKernels)->Arg(2)->Arg(3)->PROBE_ARGS;
+BENCHMARK(BM_BigParamsKernels)->Arg(1)->Arg(3)->PROBE_ARGS;
+BENCHMARK(BM_LikeTheStep)->Arg(22 << 10)->Arg(89 << 10)->PROBE_ARGS;
 
 }  // namespace
 
