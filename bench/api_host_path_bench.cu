@@ -93,6 +93,7 @@ struct Options {
   // The saturation schedulers' SchedulerOptions::batcher_spin (-1: auto), and pass_trace
   // (--pass-trace: the batching thread around each 70%-load run's largest late cluster).
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};
+  int part_size = defaults::kPartSizeAuto;  // the saturation schedulers' part_size (--part-size)
   bool pass_trace = false;
   // The saturation runs' tools::OpenLoopConfig::tokens_per_sequence (and their capacity runs'):
   // each request attends over the reset length plus fewer than this many tokens; 0: the
@@ -546,6 +547,7 @@ struct Variation {
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // their schedulers'
   int completion_threads = defaults::kCompletionThreads;                // likewise
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};   // likewise
+  int part_size = defaults::kPartSizeAuto;                               // likewise
   bool pass_trace = false;                                              // likewise
   int tokens_per_sequence = 0;                                          // likewise
   int producers = 0;                    // their open loops' submitting threads (0: ProducersFor)
@@ -578,6 +580,7 @@ Variation ForSaturation(const Options& o, Variation v) {
   v.mapped_staging_bytes = o.mapped_staging_bytes;
   v.completion_threads = o.completion_threads;
   v.batcher_spin = o.batcher_spin;
+  v.part_size = o.part_size;
   v.pass_trace = o.pass_trace;
   v.tokens_per_sequence = o.tokens_per_sequence;
   v.producers = o.producers;
@@ -1045,10 +1048,11 @@ double PrintPieceTimings(const std::string& run, std::vector<runtime::PieceTimin
     return Percentile(v, q);
   };
   auto median = [&](double runtime::PieceTimings::*field) { return percentile(field, 0.5); };
-  std::printf("  pieces, %s: %zu, medians: plan %.1f us, queued for the launcher %.1f, pack "
-              "%.1f (q/k/v copies %.1f), launch %.1f (the graph launch %.1f), gpu %.1f, requests "
-              "%.0f\n", run.c_str(),
+  std::printf("  pieces, %s: %zu, medians: plan %.1f us (ahead, in parts %.1f), queued for the "
+              "launcher %.1f, pack %.1f (q/k/v copies %.1f), launch %.1f (the graph launch %.1f), "
+              "gpu %.1f, requests %.0f\n", run.c_str(),
               t.size(), median(&runtime::PieceTimings::plan_us),
+              median(&runtime::PieceTimings::planned_ahead_us),
               median(&runtime::PieceTimings::queue_us), median(&runtime::PieceTimings::pack_us),
               median(&runtime::PieceTimings::pack_copy_us),
               median(&runtime::PieceTimings::launch_us),
@@ -1410,6 +1414,7 @@ Saturation MeasureSaturation(int batch, int context, double duration_s,
     c.mapped_staging_bytes = variation.mapped_staging_bytes;
     c.completion_threads = variation.completion_threads;
     c.batcher_spin = variation.batcher_spin;
+    c.part_size = variation.part_size;
     c.pass_trace = variation.pass_trace ? scheduler::kMaxPassTrace : 0;
     c.tokens_per_sequence = variation.tokens_per_sequence;
     c.device_memory_requests = variation.device_memory_requests;
@@ -1872,7 +1877,8 @@ int Run(const Options& o) {
                " \"p99_70_b32_us\": %.1f, \"bound_b32_us\": %.1f, \"p99_70_b128_us\": %.1f, "
                "\"bound_b128_us\": %.1f,\n"
                " \"p99_70_warmup_ms\": %lld, \"p99_70_with_warmup_b32_us\": %.1f, "
-               "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld,\n"
+               "\"p99_70_with_warmup_b128_us\": %.1f, \"saturation_batcher_spin_us\": %lld, "
+               "\"saturation_part_size\": %d,\n"
                " \"p99_70_runs_b32_us\": [%s], \"p99_70_runs_b128_us\": [%s],\n"
                " \"canary_late_ms_70_runs_b32\": [%s], \"canary_late_ms_70_runs_b128\": [%s], "
                "\"longest_thread_wait_ms_70_runs_b32\": [%s], "
@@ -1901,7 +1907,7 @@ int Run(const Options& o) {
                host_device.submit_us, s32.ratio, s128.ratio,
                s32.p99_70_us, s32.bound_us, s128.p99_70_us, s128.bound_us,
                static_cast<long long>(kSaturationWarmup.count()), s32.p99_70_with_warmup_us,
-               s128.p99_70_with_warmup_us, static_cast<long long>(o.batcher_spin.count()),
+               s128.p99_70_with_warmup_us, static_cast<long long>(o.batcher_spin.count()), o.part_size,
                JoinNumbers(s32.p99_70_runs_us, "%.1f", ", ").c_str(),
                JoinNumbers(s128.p99_70_runs_us, "%.1f", ", ").c_str(),
                JoinNumbers(s32.canary_late_ms_70_runs, "%.2f", ", ").c_str(),
@@ -1985,6 +1991,8 @@ int main(int argc, char** argv) {
           "                   working set's only)\n"
           "  --completion-threads N  the saturation schedulers' completion_threads (default 2)\n"
           "  --batcher-spin-us N  the saturation schedulers' batcher_spin (default -1: auto)\n"
+          "  --part-size N    the saturation schedulers' part_size (default -1: auto; 0: whole\n"
+          "                   batches only)\n"
           "  --pass-trace     the saturation schedulers keep the batching thread's passes\n"
           "                   (SchedulerOptions::pass_trace); each 70%%-load run prints them\n"
           "                   around its largest cluster of late requests\n"
@@ -2057,6 +2065,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.batcher_spin = std::chrono::microseconds(us);
+    } else if (a == "--part-size") {
+      o.part_size = std::atoi(value("--part-size").c_str());
+      if (o.part_size < -1 || o.part_size > 1024) {
+        std::fprintf(stderr, "api_host_path_bench: --part-size must be -1..1024\n");
+        return 2;
+      }
     } else if (a == "--producers") {
       o.producers = std::atoi(value("--producers").c_str());
       if (o.producers < 1 || o.producers > 64) {

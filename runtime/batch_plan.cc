@@ -18,14 +18,26 @@ Status WithPrefix(const Status& s, int index) {
 
 }  // namespace
 
-Status ValidateBatchShape(const Batch& batch, int max_batch_size) {
-  if (batch.requests.empty()) return InvalidArgumentError("batch has 0 requests, expected >= 1");
-  if (static_cast<int>(batch.requests.size()) > max_batch_size) {
-    return InvalidArgumentError("batch has " + std::to_string(batch.requests.size()) +
-                                " requests, more than max_batch_size " +
-                                std::to_string(max_batch_size));
+Status ValidateBatchShape(const Batch& batch, int max_batch_size, int parted) {
+  if (batch.requests.empty() && parted == 0) {
+    return InvalidArgumentError("batch has 0 requests, expected >= 1");
+  }
+  const std::size_t total = batch.requests.size() + static_cast<std::size_t>(parted);
+  if (total > static_cast<std::size_t>(max_batch_size)) {
+    return InvalidArgumentError(
+        "batch has " + std::to_string(total) + " requests" +
+        (parted > 0 ? " (" + std::to_string(parted) + " of them handed over by SubmitPart)" : "") +
+        ", more than max_batch_size " + std::to_string(max_batch_size));
   }
   return Status::Ok();
+}
+
+Status ValidatePart(const Batch& part, int max_batch_size, int parted) {
+  if (part.requests.empty()) return InvalidArgumentError("part has 0 requests, expected >= 1");
+  if (part.ready_event != nullptr) {
+    return InvalidArgumentError("part sets ready_event; only the Submit that closes the batch may");
+  }
+  return ValidateBatchShape(part, max_batch_size, parted);
 }
 
 Status ValidateBuckets(const std::vector<int>& buckets) {
@@ -75,32 +87,44 @@ Status PrefillCache(kvcache::KvCache& cache, SequenceId id, int layer, int num_t
   return Status::Ok();
 }
 
-void BatchPlanner::Plan(const Batch& batch, BatchPlan* plan) {
+void BatchPlanner::PlanFrom(const Batch& batch, int first, BatchPlan* plan, int capacity) {
   MutexLock lock(&table_mu_);
   const int n = static_cast<int>(batch.requests.size());
   const int num_layers = table_->shape().num_layers;
-  plan->statuses.assign(n, Status::Ok());
-  plan->live.clear();
-  plan->live.reserve(static_cast<std::size_t>(n));
-  plan->copies.clear();
-  plan->any_host = plan->any_device = false;
-  plan->copies_applied = true;
-  seen_.Reset(static_cast<std::size_t>(n));
+  ATTNRT_DCHECK(first >= 0 && first <= n);
+  ATTNRT_DCHECK(first == 0 || static_cast<int>(plan->statuses.size()) == first);
+  if (first == 0) {
+    plan->statuses.clear();
+    plan->live.clear();
+    plan->copies.clear();
+    plan->any_host = plan->any_device = false;
+    plan->copies_applied = true;
+    seen_room_ = std::max(n, capacity);
+    seen_.Reset(static_cast<std::size_t>(seen_room_));
+  } else if (n > seen_room_) {  // more than the capacity given: a larger set, refilled
+    seen_room_ = 2 * n;
+    seen_.Reset(static_cast<std::size_t>(seen_room_));
+    for (const PlannedRequest& p : plan->live) {
+      seen_.Insert(batch.requests[p.index].sequence_id, batch.requests[p.index].layer);
+    }
+  }
+  plan->statuses.resize(static_cast<std::size_t>(n), Status::Ok());
+  plan->live.reserve(static_cast<std::size_t>(std::max(n, capacity)));
   // The batch's lookups first, then the loads each append needs, in two waves: over a table
   // larger than the caches each request otherwise waited on its own misses (its entry, its
   // table's last entry, that block's reference count) in turn. B=128 plan over 16,384 sequences
   // on the 2-core VM: see runtime_plan_bench BM_PlanFillSettle128Over and bench/NOTES.md.
   found_.resize(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
+  for (int i = first; i < n; ++i) {
     found_[i] = table_->Find(batch.requests[i].sequence_id);
     if (found_[i] != nullptr) table_->PrefetchForAppend(*found_[i]);
   }
   constexpr int kAhead = 8;  // requests between a block count's prefetch and its use
-  for (int i = 0; i < std::min(n, kAhead); ++i) {
+  for (int i = first; i < std::min(n, first + kAhead); ++i) {
     if (found_[i] != nullptr) table_->PrefetchLastBlockCount(*found_[i]);
   }
 
-  for (int i = 0; i < n; ++i) {
+  for (int i = first; i < n; ++i) {
     if (i + kAhead < n && found_[i + kAhead] != nullptr) {
       table_->PrefetchLastBlockCount(*found_[i + kAhead]);
     }

@@ -46,8 +46,14 @@ struct BatchPlan {
 };
 
 // Empty batches and batches over `max_batch_size` are malformed (InvalidArgument naming the
-// size); the executor returns that and never calls done.
-Status ValidateBatchShape(const Batch& batch, int max_batch_size);
+// size); the executor returns that and never calls done. `parted` requests handed over before
+// by SubmitPart count with the batch's own (which may then be none).
+Status ValidateBatchShape(const Batch& batch, int max_batch_size, int parted = 0);
+
+// A part of the batch being formed (Executor::SubmitPart) that joins `parted` requests handed
+// over before: malformed (InvalidArgument, nothing changed) when empty, when the batch would
+// then exceed `max_batch_size`, or when it sets ready_event (which only the closing Submit may).
+Status ValidatePart(const Batch& part, int max_batch_size, int parted);
 
 // Bucket lists: non-empty, positive, strictly ascending (InvalidArgument naming the entry).
 Status ValidateBuckets(const std::vector<int>& buckets);
@@ -100,7 +106,14 @@ class BatchPlanner {
 
   // Validates every request; the ones that pass get their token (AppendToken) and join
   // plan->live. A request that fails has a non-OK status and leaves the table untouched.
-  void Plan(const Batch& batch, BatchPlan* plan) EXCLUDES(table_mu_);
+  void Plan(const Batch& batch, BatchPlan* plan) EXCLUDES(table_mu_) { PlanFrom(batch, 0, plan); }
+  // Plan for requests [first, end) of `batch` only, onto the plan of the requests before them
+  // (first = 0: a fresh plan): a batch planned part by part as its requests arrive (SubmitPart).
+  // A (sequence, layer) planned in an earlier part counts as seen. Between the parts of one
+  // batch the caller holds the submission lock and plans nothing else; `capacity` is the most
+  // requests the batch may reach.
+  void PlanFrom(const Batch& batch, int first, BatchPlan* plan, int capacity = 0)
+      EXCLUDES(table_mu_);
 
   // Writes the block ids planned request `p` (of `batch`) reads, ceil(p.kv_length / block_size)
   // of its sequence's entry, into `row`; the rest of the row is left as is (kernels never read
@@ -192,6 +205,7 @@ class BatchPlanner {
   DevicePointerCheck device_check_;
   // The (sequence, layer) pairs of the batch being planned.
   attnrt::internal::SequenceLayerSet seen_ GUARDED_BY(table_mu_);
+  int seen_room_ GUARDED_BY(table_mu_) = 0;  // the pairs seen_ was sized for
   // Plan's scratch: each request's entry (null: unknown sequence), looked up before the loop.
   std::vector<kvcache::SequenceTable::Sequence*> found_ GUARDED_BY(table_mu_);
 };

@@ -50,6 +50,11 @@ CpuExecutor::CpuExecutor(const CpuExecutorOptions& options,
 }
 
 CpuExecutor::~CpuExecutor() {
+  if (open_ != nullptr) {
+    Logger().warn("cpu executor: destroyed with a batch of {} requests open (SubmitPart without "
+                  "Submit); dropped", open_->batch.requests.size());
+    open_hold_ = {};
+  }
   Wait();
   {
     MutexLock lock(&mu_);
@@ -59,24 +64,56 @@ CpuExecutor::~CpuExecutor() {
   worker_.join();
 }
 
+Status CpuExecutor::SubmitPart(Batch part) {
+  const int parted = open_ != nullptr ? static_cast<int>(open_->batch.requests.size()) : 0;
+  ATTNRT_RETURN_IF_ERROR(ValidatePart(part, options_.max_batch_size, parted));
+  if (open_ == nullptr) {
+    open_hold_ = planner_.LockSubmission();  // until Submit queues the job (batch_plan.h)
+    open_ = std::make_unique<Job>();
+  }
+  open_->batch.requests.insert(open_->batch.requests.end(), part.requests.begin(),
+                               part.requests.end());
+  planner_.PlanFrom(open_->batch, parted, &open_->plan, options_.max_batch_size);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Status>> CpuExecutor::Run(Batch batch) {
+  if (open_ != nullptr) {
+    return FailedPreconditionError("Run while a batch is open (SubmitPart); Submit closes it");
+  }
+  return Executor::Run(std::move(batch));
+}
+
 Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
-  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size));
+  const int parted = open_ != nullptr ? static_cast<int>(open_->batch.requests.size()) : 0;
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size, parted));
   if (batch.ready_event != nullptr) {
     return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
   }
   if (!done) return InvalidArgumentError("done is empty");
 
-  auto hold = planner_.LockSubmission();  // until the job is queued (batch_plan.h)
-  auto job = std::make_unique<Job>();
-  planner_.Plan(batch, &job->plan);
+  std::unique_ptr<Job> job;
+  std::unique_lock<std::mutex> hold;  // until the job is queued (batch_plan.h)
+  if (open_ != nullptr) {
+    job = std::move(open_);
+    hold = std::move(open_hold_);
+    job->batch.requests.insert(job->batch.requests.end(), batch.requests.begin(),
+                               batch.requests.end());
+  } else {
+    hold = planner_.LockSubmission();
+    job = std::make_unique<Job>();
+    job->batch = std::move(batch);
+  }
+  planner_.PlanFrom(job->batch, parted, &job->plan);
   // Snapshot the metadata now: later Submits move the table on.
   const int mb = options_.shape.max_blocks_per_sequence();
   std::vector<PlannedRequest> live;
   live.reserve(job->plan.live.size());
   job->block_tables.assign(job->plan.live.size() * static_cast<std::size_t>(mb), -1);
   for (const PlannedRequest& p : job->plan.live) {
-    const BatchRequest& r = batch.requests[p.index];
-    Status row = planner_.FillBlockRow(batch, p, job->block_tables.data() + live.size() * mb);
+    const BatchRequest& r = job->batch.requests[p.index];
+    Status row =
+        planner_.FillBlockRow(job->batch, p, job->block_tables.data() + live.size() * mb);
     if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
       job->plan.statuses[p.index] = row;
       continue;
@@ -86,7 +123,6 @@ Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
     live.push_back(p);
   }
   job->plan.live = std::move(live);
-  job->batch = std::move(batch);
   job->done = std::move(done);
 
   MutexLock lock(&mu_);

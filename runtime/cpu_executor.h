@@ -48,6 +48,10 @@ class CpuExecutor final : public Executor {
   int max_in_flight() const override { return options_.max_in_flight; }
 
   Status Submit(Batch batch, BatchDoneFn done) override;
+  // Parts are planned as they come (Executor::SubmitPart); the worker runs the batch as one.
+  bool accepts_parts() const override { return true; }
+  Status SubmitPart(Batch part) override;
+  StatusOr<std::vector<Status>> Run(Batch batch) override;
   void Wait() override;
 
   Status CreateSequence(SequenceId id) override;
@@ -89,6 +93,10 @@ class CpuExecutor final : public Executor {
 
   mutable Mutex mu_;
   CondVar cv_;
+  // The batch being formed through SubmitPart, and the submission lock it holds until Submit
+  // (the submitting thread's alone).
+  std::unique_ptr<Job> open_;
+  std::unique_lock<std::mutex> open_hold_;
   std::deque<std::unique_ptr<Job>> queue_ GUARDED_BY(mu_);
   int pending_ GUARDED_BY(mu_) = 0;  // queued + running
   bool stop_ GUARDED_BY(mu_) = false;

@@ -173,44 +173,91 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e, int max_kv_l
   }
 }
 
-Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done, Completer completer) {
-  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size));
-  if (!done) return InvalidArgumentError("done is empty");
+std::shared_ptr<BatchState> CudaExecutor::Impl::OpenBatch(int most_pending,
+                                                         std::unique_lock<std::mutex>* hold) {
   {
     // Executor::Submit's contract: blocks while max_in_flight() batches run. Run waits for all
     // of them: its pieces then launch inline and nothing else uses the completer's state.
-    const int most = completer == Completer::kCaller ? 1 : static_cast<int>(buffers.size());
     MutexLock lock(&mu);
-    while (pending_batches >= most) cv.Wait(lock);
+    while (pending_batches >= most_pending) cv.Wait(lock);
   }
-  const Clock::time_point t_plan = Clock::now();
-  auto state = std::make_shared<BatchState>();
-  BatchPlan& plan = state->plan;
   // Held until the batch is launched or queued for the launcher behind every earlier batch:
   // plan order is launch order, and sequence calls, which take this lock and then wait for the
   // launcher to drain, never land between a batch's plan and its launch (batch_plan.h).
-  auto hold = planner->LockSubmission();
-  planner->Plan(batch, &plan);
-  if (!plan.copies.empty()) {
+  *hold = planner->LockSubmission();
+  return std::make_shared<BatchState>();
+}
+
+void CudaExecutor::Impl::PlanRequests(BatchState& state, int first) {
+  const Clock::time_point t_plan = Clock::now();
+  BatchPlan& plan = state.plan;
+  const std::size_t copies_before = first == 0 ? 0 : plan.copies.size();
+  planner->PlanFrom(state.batch, first, &plan, options.max_batch_size);
+  if (plan.copies.size() > copies_before && plan.copies_applied) {
     // Rare path (first write into a forked block): the copy must follow every queued piece
     // and precede this batch's append.
     WaitLaunched();
     Status s = faults->copy.Hit()
                    ? InternalError("injected copy-on-write copy failure (FaultInjection::copy)")
                    : DrainStream();
-    if (s.ok()) s = cache->ApplyCopies(plan.copies);
+    if (s.ok()) {
+      s = cache->ApplyCopies(std::span<const kvcache::BlockCopy>(plan.copies)
+                                 .subspan(copies_before));
+    }
     if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
     if (!s.ok()) {
       // Nothing of this batch runs; its requests have taken their tokens and the copies'
       // destinations hold undefined K/V, which Settle marks lost (plan.live stays for it).
-      for (const PlannedRequest& p : plan.live) plan.statuses[p.index] = s;
       plan.copies_applied = false;
+      state.copy_error = s;
       Logger().error("cuda executor: copy-on-write before a batch of {} failed: {}",
                      plan.live.size(), s.ToString());
     }
   }
-  state->plan_us = MicrosSince(t_plan);
-  state->batch = std::move(batch);
+  if (!plan.copies_applied) {  // this part's requests fail with the batch's copy too
+    for (const PlannedRequest& p : plan.live) {
+      if (plan.statuses[p.index].ok()) plan.statuses[p.index] = state.copy_error;
+    }
+  }
+  state.plan_us += MicrosSince(t_plan);
+}
+
+Status CudaExecutor::Impl::SubmitPart(Batch part) {
+  const int parted = open_state != nullptr ? static_cast<int>(open_state->batch.requests.size()) : 0;
+  ATTNRT_RETURN_IF_ERROR(ValidatePart(part, options.max_batch_size, parted));
+  if (open_state == nullptr) {
+    open_state = OpenBatch(static_cast<int>(buffers.size()), &open_hold);
+  }
+  open_state->batch.requests.insert(open_state->batch.requests.end(), part.requests.begin(),
+                                    part.requests.end());
+  PlanRequests(*open_state, parted);
+  open_state->planned_ahead_us = open_state->plan_us;
+  return Status::Ok();
+}
+
+Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done, Completer completer) {
+  if (completer == Completer::kCaller && open_state != nullptr) {
+    return FailedPreconditionError("Run while a batch is open (SubmitPart); Submit closes it");
+  }
+  const int parted = open_state != nullptr ? static_cast<int>(open_state->batch.requests.size()) : 0;
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size, parted));
+  if (!done) return InvalidArgumentError("done is empty");
+  std::shared_ptr<BatchState> state;
+  std::unique_lock<std::mutex> hold;
+  if (open_state != nullptr) {
+    state = std::move(open_state);
+    hold = std::move(open_hold);
+    state->batch.requests.insert(state->batch.requests.end(), batch.requests.begin(),
+                                 batch.requests.end());
+    state->batch.ready_event = batch.ready_event;
+    state->plan_us = 0.0;  // what is left for this call: the parts were planned ahead
+  } else {
+    state = OpenBatch(completer == Completer::kCaller ? 1 : static_cast<int>(buffers.size()),
+                      &hold);
+    state->batch = std::move(batch);
+  }
+  PlanRequests(*state, parted);
+  BatchPlan& plan = state->plan;
   state->done = std::move(done);
   state->disabled_stages = disabled_stages;
   const int n = plan.copies_applied ? static_cast<int>(plan.live.size()) : 0;  // to launch
@@ -303,6 +350,7 @@ void CudaExecutor::Impl::LaunchBatch(const std::shared_ptr<BatchState>& state,
     piece.first = i * largest;
     piece.count = std::min(largest, n - piece.first);
     piece.timings.plan_us = i == 0 ? b.plan_us : 0.0;
+    piece.timings.planned_ahead_us = i == 0 ? b.planned_ahead_us : 0.0;
     piece.timings.queue_us = i == 0 ? queue_us : 0.0;
     piece.timings.requests = piece.count;
     piece.caller_completes = completer == Completer::kCaller;

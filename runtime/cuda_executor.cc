@@ -391,6 +391,7 @@ const CudaExecutorMemory& CudaExecutor::memory() const { return impl_->memory; }
 Status CudaExecutor::Submit(Batch batch, BatchDoneFn done) {
   return impl_->Submit(std::move(batch), std::move(done));
 }
+Status CudaExecutor::SubmitPart(Batch part) { return impl_->SubmitPart(std::move(part)); }
 StatusOr<std::vector<Status>> CudaExecutor::Run(Batch batch) {
   std::vector<Status> statuses;
   ATTNRT_RETURN_IF_ERROR(impl_->Submit(

@@ -155,6 +155,8 @@ struct PieceTimings {
   int host_requests = 0;  // of them, MemoryKind::kHost (the rest are kDevice)
   int path_max_kv_length = 0;  // the max_kv_length of the path that ran it (0: none ran)
   double plan_us = 0.0;    // validation + AppendToken for the whole batch (first piece only)
+                           // at the Submit that closed it; the parts before: planned_ahead_us
+  double planned_ahead_us = 0.0;
   double queue_us = 0.0;   // planned -> the launcher began the batch (first piece only)
   double pack_us = 0.0;    // filling the pinned staging for this piece
   double pack_copy_us = 0.0;  // of it: copying host-memory requests' q/k/v
@@ -205,6 +207,12 @@ class CudaExecutor : public Executor {
   bool accepts_device_memory() const override { return true; }
 
   Status Submit(Batch batch, BatchDoneFn done) override;
+  // Parts are validated and planned as they come (Executor::SubmitPart); they are packed and
+  // launched with the rest at Submit.
+  bool accepts_parts() const override { return true; }
+  Status SubmitPart(Batch part) override;
+  int preferred_part_size() const override { return kPreferredPartSize; }
+  static constexpr int kPreferredPartSize = 32;
   StatusOr<std::vector<Status>> Run(Batch batch) override;
   void Wait() override;
 

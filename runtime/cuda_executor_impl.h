@@ -197,7 +197,9 @@ struct BatchState {
   Batch batch;
   BatchDoneFn done;
   BatchPlan plan;
-  double plan_us = 0.0;
+  double plan_us = 0.0;          // planning at the Submit that closed it (all of it without parts)
+  double planned_ahead_us = 0.0;  // planning its parts took before (SubmitPart)
+  Status copy_error;             // why its copy-on-write copies failed (plan.copies_applied false)
   unsigned disabled_stages = 0;  // CudaExecutor::SetDisabledStagesForBenchmark at Submit
   Clock::time_point queued_at;   // handed to the launcher (or launched inline)
   int num_pieces = 0;   // set at Submit
@@ -382,8 +384,18 @@ struct CudaExecutor::Impl {
   // into them are checked by a range lookup, not a driver call each.
   std::unique_ptr<KnownDeviceAllocations> known_allocations =
       std::make_unique<KnownDeviceAllocations>();
+  // The batch being formed through SubmitPart and the submission lock it holds until the
+  // Submit that closes it (the submitting thread's alone).
+  std::shared_ptr<BatchState> open_state;
+  std::unique_lock<std::mutex> open_hold;
 
   ~Impl() {
+    if (open_state != nullptr) {
+      Logger().warn("cuda executor: destroyed with a batch of {} requests open (SubmitPart "
+                    "without Submit); dropped", open_state->batch.requests.size());
+      open_hold = {};
+      open_state.reset();
+    }
     if (completion_thread.joinable()) {
       WaitAll();
       {
@@ -476,6 +488,13 @@ struct CudaExecutor::Impl {
   // kCaller (Run): waits until no batch is pending, launches on the calling thread and completes
   // each piece there (done has run when Submit returns OK).
   Status Submit(Batch batch, BatchDoneFn done, Completer completer = Completer::kThread);
+  Status SubmitPart(Batch part);
+  // A new batch's state, once fewer than `most_pending` batches are pending, with the
+  // submission lock taken into *hold.
+  std::shared_ptr<BatchState> OpenBatch(int most_pending, std::unique_lock<std::mutex>* hold);
+  // Plans requests [first, end) of state.batch onto its plan and applies their copy-on-write
+  // copies (a failed copy fails every request of the batch); adds the time to state.plan_us.
+  void PlanRequests(BatchState& state, int first);
   // Cuts a planned batch into pieces; packs, launches and queues each for the completion thread
   // (or completes it on this thread: kCaller).
   // `gpu_idle`: no earlier batch is pending (launched inline), so its first piece may be solo.

@@ -115,6 +115,26 @@ class Executor {
   // do requests of later batches already in flight that attended over it) until the sequence
   // is freed. The cache cannot truncate.
   virtual Status Submit(Batch batch, BatchDoneFn done) = 0;
+  // Batches formed while their requests arrive. SubmitPart hands over requests of the batch
+  // being formed, and the next Submit adds its own (none is allowed then) and runs them all as
+  // one batch: `done` reports every part's requests first, in the order handed over, then the
+  // Submit's. The requests belong to the executor from SubmitPart on, as with Submit; an
+  // executor plans them then (validation, each request's token), so that the Submit that closes
+  // the batch has only the rest to plan. A malformed part (empty; the batch over
+  // max_batch_size; ready_event set: only the closing Submit may) returns InvalidArgument and
+  // changes nothing. Called like Submit (the same thread, and Run never while a batch is open:
+  // FailedPrecondition); sequence calls wait while a batch is open, so close it within the
+  // batching window. An executor destroyed with a batch open drops it (its requests' tokens are
+  // taken, never written).
+  virtual bool accepts_parts() const { return false; }
+  virtual Status SubmitPart(Batch part) {
+    (void)part;
+    return UnimplementedError("this executor does not take a batch in parts");
+  }
+  // The fewest requests a part should hold for SubmitPart to pay on this executor (0: it does
+  // not pay; the scheduler then submits whole batches).
+  virtual int preferred_part_size() const { return 0; }
+
   // Runs one batch to completion and returns its per-request statuses (or, for a malformed
   // batch, Submit's error): what Submit and waiting for `done` give, under the same rules, for a
   // caller that wants the result on its own thread. Called like Submit (one thread at a time,

@@ -87,6 +87,11 @@ void Scheduler::Impl::Run() {
       pending_.TakeIf([](RequestRecord*) { return true; }, &scratch_);
       for (RequestRecord* s : scratch_) Finish(s, Outcome::kShutDown);
       left_queue += static_cast<std::int64_t>(scratch_.size());
+      if (open_ != nullptr) {  // its parts are dispatched: the batch runs
+        left_queue += static_cast<std::int64_t>(open_->records.size());
+        selected_.clear();
+        Launch(now, now - open_oldest_ns_);
+      }
     } else {
       left_queue += DispatchReady(now, flush);
     }
@@ -123,77 +128,137 @@ void Scheduler::Impl::Run() {
 std::int64_t Scheduler::Impl::DispatchReady(ClockNanos now, bool flush) {
   std::int64_t left = 0;
   const int min_preferred = window_.preferred_sizes().front();
-  while (!pending_.empty() && in_flight_.load(std::memory_order_acquire) < max_in_flight_) {
-    const ClockNanos oldest_wait = now - pending_.OldestSubmitNs();
+  while (WaitingForBatch() && in_flight_.load(std::memory_order_acquire) < max_in_flight_) {
+    const int parted = open_ != nullptr ? static_cast<int>(open_->records.size()) : 0;
+    const ClockNanos oldest_wait = now - OldestWaitingNs();
     const bool window_expired = flush || oldest_wait >= window_.max_queue_delay_ns();
-    if (!window_expired && static_cast<int>(pending_.size()) < min_preferred) break;
+    const int waiting = parted + static_cast<int>(pending_.size());
+    if (!window_expired && waiting < min_preferred) {
+      // Not closing yet: hand what has come over in parts while the batch forms.
+      while (part_size_ > 0 && static_cast<int>(pending_.size()) >= part_size_ &&
+             (open_ == nullptr ? 0 : static_cast<int>(open_->records.size())) + part_size_ <
+                 min_preferred) {
+        const std::size_t before = open_ != nullptr ? open_->records.size() : 0;
+        left += HandOverPart(now);
+        if ((open_ != nullptr ? open_->records.size() : 0) == before) break;  // none could join
+      }
+      break;
+    }
     selected_.clear();
-    pending_.Select(window_.max_batch_size(), &selected_);
-    const int size =
-        window_.DispatchSize(static_cast<int>(selected_.size()), oldest_wait, flush);
+    pending_.Select(window_.max_batch_size() - parted, &selected_, parted > 0,
+                    window_.max_batch_size());
+    int size = window_.DispatchSize(parted + static_cast<int>(selected_.size()), oldest_wait,
+                                    flush);
     if (size == 0) break;
-    selected_.resize(size);
+    size = std::max(size, parted);  // a batch handed over in parts dispatches whole
+    selected_.resize(static_cast<std::size_t>(size - parted));
     left += size;
     Launch(now, oldest_wait);
   }
   return left;
 }
 
+bool Scheduler::Impl::TakeForExecutor(RequestRecord* record, runtime::BatchRequest* r) {
+  pending_.Remove(record);
+  // The last cancellation check: after this CAS the request belongs to the executor.
+  std::uint64_t state = record->state.load(std::memory_order_acquire);
+  while (true) {
+    if (state & internal::kCancelBit) {
+      Finish(record, Outcome::kCancelled);
+      return false;
+    }
+    const std::uint64_t dispatched = (state & ~internal::kPhaseMask) | internal::kPhaseDispatched;
+    if (record->state.compare_exchange_weak(state, dispatched, std::memory_order_acq_rel)) break;
+  }
+  *r = runtime::BatchRequest{};
+  r->sequence_id = record->sequence_id;
+  r->layer = record->layer;
+  r->q = record->q;
+  r->k = record->k;
+  r->v = record->v;
+  const bool lse_wanted = record->lse_dest != nullptr || record->want_lse;
+  if (record->caller_device) {
+    // The caller's own device buffers, read and written in place (validated at Submit: out
+    // given, lse given when wanted).
+    r->memory = runtime::MemoryKind::kDevice;
+    r->q = record->device_q;
+    r->k = record->device_k;
+    r->v = record->device_v;
+    r->out = record->out_dest;
+    r->lse = record->lse_dest;
+  } else if (record->device_visible) {
+    // The device reads q/k/v and writes out/lse in the record's staging; Deliver copies to a
+    // caller-given destination (ordinary memory the device may not reach).
+    r->memory = runtime::MemoryKind::kDevice;
+    r->out = record->out;
+    r->lse = lse_wanted ? record->lse : nullptr;
+  } else {
+    // Caller-given destinations are written by the executor directly (no extra copy).
+    r->memory = runtime::MemoryKind::kHost;
+    r->out = record->out_dest != nullptr ? record->out_dest : record->out;
+    r->lse = record->lse_dest != nullptr ? record->lse_dest
+                                         : (lse_wanted ? record->lse : nullptr);
+  }
+  return true;
+}
+
+std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
+  const int parted = open_ != nullptr ? static_cast<int>(open_->records.size()) : 0;
+  selected_.clear();
+  pending_.Select(part_size_, &selected_, parted > 0, window_.max_batch_size());
+  if (static_cast<int>(selected_.size()) < part_size_) {  // duplicates hold the rest back
+    pending_.Unselect(selected_.size());
+    return 0;
+  }
+  runtime::Batch part;
+  part.requests.reserve(selected_.size());
+  queue_delays_.clear();
+  std::vector<RequestRecord*> records;
+  records.reserve(selected_.size());
+  for (RequestRecord* record : selected_) {
+    runtime::BatchRequest r;
+    if (!TakeForExecutor(record, &r)) continue;
+    part.requests.push_back(r);
+    records.push_back(record);
+    queue_delays_.push_back(static_cast<std::uint64_t>(now - record->submit_ns));
+  }
+  const auto cancelled = static_cast<std::int64_t>(selected_.size() - records.size());
+  if (records.empty()) return cancelled;
+  Status status;
+  {
+    MutexLock dispatch(&dispatch_mu_);
+    status = executor_->SubmitPart(std::move(part));
+  }
+  if (!status.ok()) {  // never expected: the scheduler sizes its parts within the batch
+    Logger().error("scheduler: executor refused a part of {}: {}", records.size(),
+                   status.ToString());
+    for (RequestRecord* record : records) finished_.emplace_back(record, status);
+    return cancelled + static_cast<std::int64_t>(records.size());
+  }
+  metrics_.queue_delay_ns.RecordAll(queue_delays_);
+  if (open_ == nullptr) {
+    open_ = std::make_unique<InFlightBatch>();
+    open_->records.reserve(static_cast<std::size_t>(window_.max_batch_size()));
+    open_oldest_ns_ = kNever;
+  }
+  for (RequestRecord* record : records) {
+    open_->records.push_back(record);
+    open_oldest_ns_ = std::min(open_oldest_ns_, record->submit_ns);
+  }
+  return cancelled;  // the part's own leave the queue when their batch closes
+}
+
 void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
-  auto batch_state = std::make_unique<InFlightBatch>();
+  std::unique_ptr<InFlightBatch> batch_state =
+      open_ != nullptr ? std::move(open_) : std::make_unique<InFlightBatch>();
+  open_oldest_ns_ = kNever;
   runtime::Batch batch;
   batch.requests.reserve(selected_.size());
-  batch_state->records.reserve(selected_.size());
+  batch_state->records.reserve(batch_state->records.size() + selected_.size());
   queue_delays_.clear();
   for (RequestRecord* record : selected_) {
-    pending_.Remove(record);
-    // The last cancellation check: after this CAS the request belongs to the executor.
-    std::uint64_t state = record->state.load(std::memory_order_acquire);
-    bool cancelled = false;
-    while (true) {
-      if (state & internal::kCancelBit) {
-        cancelled = true;
-        break;
-      }
-      const std::uint64_t dispatched =
-          (state & ~internal::kPhaseMask) | internal::kPhaseDispatched;
-      if (record->state.compare_exchange_weak(state, dispatched, std::memory_order_acq_rel)) {
-        break;
-      }
-    }
-    if (cancelled) {
-      Finish(record, Outcome::kCancelled);
-      continue;
-    }
     runtime::BatchRequest r;
-    r.sequence_id = record->sequence_id;
-    r.layer = record->layer;
-    r.q = record->q;
-    r.k = record->k;
-    r.v = record->v;
-    const bool lse_wanted = record->lse_dest != nullptr || record->want_lse;
-    if (record->caller_device) {
-      // The caller's own device buffers, read and written in place (validated at Submit: out
-      // given, lse given when wanted).
-      r.memory = runtime::MemoryKind::kDevice;
-      r.q = record->device_q;
-      r.k = record->device_k;
-      r.v = record->device_v;
-      r.out = record->out_dest;
-      r.lse = record->lse_dest;
-    } else if (record->device_visible) {
-      // The device reads q/k/v and writes out/lse in the record's staging; Deliver copies to a
-      // caller-given destination (ordinary memory the device may not reach).
-      r.memory = runtime::MemoryKind::kDevice;
-      r.out = record->out;
-      r.lse = lse_wanted ? record->lse : nullptr;
-    } else {
-      // Caller-given destinations are written by the executor directly (no extra copy).
-      r.memory = runtime::MemoryKind::kHost;
-      r.out = record->out_dest != nullptr ? record->out_dest : record->out;
-      r.lse = record->lse_dest != nullptr ? record->lse_dest
-                                          : (lse_wanted ? record->lse : nullptr);
-    }
+    if (!TakeForExecutor(record, &r)) continue;
     batch.requests.push_back(r);
     batch_state->records.push_back(record);
     queue_delays_.push_back(static_cast<std::uint64_t>(now - record->submit_ns));
@@ -224,6 +289,8 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
     metrics_.batches.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  // (Never with parts handed over: the scheduler's batches are within the executor's size, and
+  // a rejected closing Submit would leave them with the executor.)
   Logger().error("scheduler: executor rejected a batch of {}: {}", size, status.ToString());
   completion_tasks_.fetch_add(1, std::memory_order_acq_rel);
   metrics_.in_flight_requests.fetch_sub(size, std::memory_order_relaxed);
@@ -282,8 +349,8 @@ void Scheduler::Impl::PostFinished() {
 void Scheduler::Impl::Sleep(ClockNanos now, bool closing, BatcherPass* pass) {
   const bool can_dispatch = in_flight_.load(std::memory_order_acquire) < max_in_flight_;
   ClockNanos window_at = kNever;
-  if (can_dispatch && !pending_.empty()) {
-    window_at = pending_.OldestSubmitNs() + window_.max_queue_delay_ns();
+  if (can_dispatch && WaitingForBatch()) {
+    window_at = OldestWaitingNs() + window_.max_queue_delay_ns();
   }
   const ClockNanos deadline_at = pending_.NextDeadlineNs();
   const ClockNanos wake_at = std::min(window_at, deadline_at);
@@ -295,7 +362,7 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing, BatcherPass* pass) {
   // the batching thread's CPU per device-memory request, 2026-11-26).
   ClockNanos sleep_until = wake_at;
   if (!closing && can_dispatch) {
-    const bool window_ahead = !pending_.empty() && wake_at != kNever && wake_at - now > spin_ns_;
+    const bool window_ahead = WaitingForBatch() && wake_at != kNever && wake_at - now > spin_ns_;
     if (!window_ahead) {
       SpinBeforeSleep(wake_at);
     } else if (Polls()) {
@@ -306,6 +373,14 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing, BatcherPass* pass) {
   // What a producer's new request must cross to wake us (see the file comment).
   if (closing) {
     wake_depth_.store(0, std::memory_order_relaxed);
+  } else if (can_dispatch && part_size_ > 0) {
+    // The next part's worth of new requests, or the full batch (the queue's depth counts the
+    // parts handed over until their batch closes).
+    const std::int64_t parted = open_ != nullptr ? static_cast<std::int64_t>(open_->records.size()) : 0;
+    wake_depth_.store(std::min<std::int64_t>(window_.preferred_sizes().front(),
+                                             parted + static_cast<std::int64_t>(pending_.size()) +
+                                                 part_size_),
+                      std::memory_order_relaxed);
   } else if (can_dispatch) {
     wake_depth_.store(window_.preferred_sizes().front(), std::memory_order_relaxed);
   } else {

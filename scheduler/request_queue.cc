@@ -103,18 +103,36 @@ void PendingQueue::TakeExpired(ClockNanos now, std::vector<RequestRecord*>* out)
   }
 }
 
-void PendingQueue::Select(int max, std::vector<RequestRecord*>* out) {
-  keys_.Reset(static_cast<std::size_t>(std::max(max, 0)));
+void PendingQueue::Select(int max, std::vector<RequestRecord*>* out, bool continue_batch,
+                          int room) {
+  max = std::max(max, 0);
+  if (!continue_batch) {
+    kept_.clear();
+    keys_room_ = std::max({max, room, 1});
+    keys_.Reset(static_cast<std::size_t>(keys_room_));
+  } else if (kept_.size() + static_cast<std::size_t>(max) > static_cast<std::size_t>(keys_room_)) {
+    // The batch outgrows the set: a larger one, refilled with the batch's pairs so far.
+    keys_room_ = static_cast<int>(kept_.size()) + max;
+    keys_.Reset(static_cast<std::size_t>(keys_room_));
+    for (const auto& [sequence, layer] : kept_) keys_.Insert(sequence, layer);
+  }
   int taken = 0;
   for (const Level& level : levels_) {
     for (RequestRecord* s = level.head; s != nullptr && taken < max; s = s->next) {
       if (keys_.Insert(s->sequence_id, s->layer)) {
         out->push_back(s);
+        kept_.emplace_back(s->sequence_id, s->layer);
         ++taken;
       }
     }
     if (taken == max) break;
   }
+}
+
+void PendingQueue::Unselect(std::size_t n) {
+  kept_.resize(kept_.size() - std::min(n, kept_.size()));
+  keys_.Reset(static_cast<std::size_t>(keys_room_));
+  for (const auto& [sequence, layer] : kept_) keys_.Insert(sequence, layer);
 }
 
 }  // namespace attnrt::scheduler::internal

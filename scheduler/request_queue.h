@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "api/internal/sequence_layer_set.h"
@@ -46,8 +47,13 @@ class PendingQueue {
   }
   // Appends up to `max` requests to *out in priority, then FIFO, order, skipping any whose
   // (sequence, layer) is already among them (the later one waits for a later batch). Removes
-  // nothing.
-  void Select(int max, std::vector<RequestRecord*>* out);
+  // nothing. `continue_batch`: the pairs of the Select calls since the last plain one count as
+  // taken too (a batch selected in parts); `room`: the most pairs the batch will hold.
+  void Select(int max, std::vector<RequestRecord*>* out, bool continue_batch = false,
+              int room = 0);
+  // Takes back the last `n` requests Select picked (a part not handed over after all), so that a
+  // continued selection may pick their pairs again.
+  void Unselect(std::size_t n);
 
  private:
   struct Level {
@@ -79,6 +85,8 @@ class PendingQueue {
   std::vector<DeadlineEntry> deadlines_;  // min-heap on deadline
   std::size_t live_deadlines_ = 0;
   attnrt::internal::SequenceLayerSet keys_;  // Select's pairs
+  std::vector<std::pair<SequenceId, int>> kept_;  // ... in a list, for a set that must grow
+  int keys_room_ = 0;                             // the pairs keys_ was sized for
 };
 
 }  // namespace attnrt::scheduler::internal

@@ -110,6 +110,16 @@ Status ValidateOptions(const SchedulerOptions& o, runtime::Executor* executor) {
     return InvalidArgumentError("pass_trace " + std::to_string(o.pass_trace) +
                                 " out of range [0, " + std::to_string(kMaxPassTrace) + "]");
   }
+  if (o.part_size < defaults::kPartSizeAuto || o.part_size > o.max_batch_size) {
+    return InvalidArgumentError("part_size " + std::to_string(o.part_size) +
+                                " must be in [0, max_batch_size " +
+                                std::to_string(o.max_batch_size) + "], or -1 (auto)");
+  }
+  if (o.part_size > 0 && !executor->accepts_parts()) {
+    return InvalidArgumentError("part_size " + std::to_string(o.part_size) +
+                                " needs an executor that takes batches in parts; this one does "
+                                "not (0 or -1)");
+  }
   if (executor->max_in_flight() < 1) {
     return InvalidArgumentError("executor max_in_flight " +
                                 std::to_string(executor->max_in_flight()) + " must be >= 1");

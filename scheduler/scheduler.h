@@ -37,6 +37,13 @@
 //   3. else the batcher waits (for more requests, the delay, or a deadline).
 //   When max_in_flight() batches are in flight nothing dispatches; requests keep joining the next
 //   batch.
+//   Batches in parts (part_size): while a batch that can dispatch waits for a full bucket, the
+//   batching thread hands its requests to the executor part_size at a time as they arrive
+//   (Executor::SubmitPart: the executor validates them and appends their tokens then), and the
+//   rest when the batch closes by rule 1 or 2, so that closing leaves the executor only the
+//   last part's work. A request handed over in a part is dispatched from then on (Cancel
+//   returns false, its deadline no longer applies) though it still counts against
+//   max_queue_size until its batch closes; the batch it joined always dispatches whole.
 //   Requests are taken by strict priority (0 first), FIFO inside a level. A batch never holds two
 //   requests of one (sequence, layer): the later one stays pending for a later batch, so
 //   per-sequence order holds; requests of different layers share batches freely. The executor
@@ -130,6 +137,11 @@ struct SchedulerOptions {
   // most kMaxPassTrace. A diagnostic: a latency spike with an idle device and producers on time
   // is either a pass that ran long, a sleep planned too long, or a wake-up that came late.
   int pass_trace = 0;
+  // Requests handed to the executor at a time while a batch forms (see "Batches in parts"); 0 =
+  // never (whole batches only); -1 (the default) = auto: the executor's preferred_part_size()
+  // when the smallest preferred size holds at least two such parts (the CUDA executor, max
+  // batch >= 64 with min_batch_size 0), else 0. > 0 needs an executor that accepts_parts().
+  int part_size = defaults::kPartSizeAuto;
 };
 
 inline constexpr int kMaxPassTrace = 1 << 20;

@@ -114,6 +114,7 @@ class Scheduler::Impl final : public ClockListener {
                      ResolveBatcherSpin(options.batcher_spin,
                                         std::thread::hardware_concurrency()))
                      .count()),
+        part_size_(ResolvePartSize(options.part_size, *executor, window_)),
         pool_(q_elems_, kv_elems_, static_cast<std::size_t>(shape_.num_q_heads), kRecordsPerSlab,
               executor->staging_memory(), StagedRecords(options, max_in_flight_, shape_)),
         pending_(options.num_priority_levels),
@@ -252,8 +253,27 @@ class Scheduler::Impl final : public ClockListener {
     ClockNanos dispatch_ns = 0;
   };
 
-  // Sends selected_ (still in the pending lists) to the executor.
+  // Sends the open batch's parts (if any) and selected_ (still in the pending lists) to the
+  // executor as one batch.
   void Launch(ClockNanos now, ClockNanos oldest_wait);
+  // Hands the next part_size_ pending requests (that can join the open batch) to the executor
+  // (Executor::SubmitPart), opening the batch with the first part; returns how many requests
+  // left the queue for good (a part the executor refused fails at once).
+  std::int64_t HandOverPart(ClockNanos now);
+  // Takes `record` (of selected_) out of the pending lists for the executor: false when it was
+  // cancelled first (finished as such), else its request in *r.
+  bool TakeForExecutor(RequestRecord* record, runtime::BatchRequest* r);
+  // When the oldest request waiting for the next batch was submitted: pending, or in its parts.
+  ClockNanos OldestWaitingNs() const {
+    return std::min(pending_.OldestSubmitNs(), open_oldest_ns_);
+  }
+  bool WaitingForBatch() const { return !pending_.empty() || open_ != nullptr; }
+  static int ResolvePartSize(int part_size, const runtime::Executor& executor,
+                             const BatchingWindow& window) {
+    if (part_size != defaults::kPartSizeAuto) return part_size;
+    const int preferred = executor.accepts_parts() ? executor.preferred_part_size() : 0;
+    return preferred > 0 && window.preferred_sizes().front() >= 2 * preferred ? preferred : 0;
+  }
 
   // Decode's inline route: runs `request` (validated) on the calling thread through
   // Executor::Run, holding dispatch_mu_ (taken by the caller, released here).
@@ -346,6 +366,7 @@ class Scheduler::Impl final : public ClockListener {
   const int max_in_flight_;
   const ClockNanos default_timeout_ns_;
   const ClockNanos spin_ns_;
+  const int part_size_;  // SchedulerOptions::part_size resolved; 0: whole batches
 
   internal::RecordPool pool_;
   // The future form's completion state; outlives this scheduler while futures hold some.
@@ -401,6 +422,10 @@ class Scheduler::Impl final : public ClockListener {
   // Batching thread only.
   internal::PendingQueue pending_;
   std::vector<RequestRecord*> selected_;
+  // The batch handed to the executor in parts so far (part_size_), null when none is open: its
+  // records in the order handed over, and the oldest one's submit time (kNever when none).
+  std::unique_ptr<InFlightBatch> open_;
+  ClockNanos open_oldest_ns_ = kNever;
   std::vector<RequestRecord*> scratch_;
   std::vector<std::uint64_t> queue_delays_;  // Launch's, recorded once a batch
   std::vector<std::pair<RequestRecord*, Status>> finished_;

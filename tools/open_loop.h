@@ -54,6 +54,7 @@ struct OpenLoopConfig {
   int producers = 1;
   int completion_threads = 2;  // SchedulerOptions::completion_threads
   std::chrono::microseconds batcher_spin{defaults::kBatcherSpinAuto};  // SchedulerOptions
+  int part_size = defaults::kPartSizeAuto;                               // SchedulerOptions
   std::int64_t mapped_staging_bytes = defaults::kMappedStagingAuto;  // SchedulerOptions
   // Requests in device-visible memory: q/k/v and the output rows lie in the executor's
   // staging_memory() and go as TensorMemory::kDevice (nothing copied at Submit or delivery, as
@@ -335,6 +336,7 @@ inline StatusOr<OpenLoopResult> RunOpenLoop(const OpenLoopConfig& config,
   options.max_queue_size = config.max_queue_size;
   options.completion_threads = config.completion_threads;
   options.batcher_spin = config.batcher_spin;
+  options.part_size = config.part_size;
   options.pass_trace = config.pass_trace;
   options.mapped_staging_bytes = config.mapped_staging_bytes;
   if (config.producers < 1 || config.producers > 64) {

@@ -136,6 +136,9 @@ inline constexpr int kBatcherSpinUs = 100;
 // from the producers and completion threads it waits for (2-core VM, 8 producers: 1.7-2.1 M
 // requests/s end to end polling, 2.1-2.7 M not; bench/NOTES.md).
 inline constexpr int kBatcherSpinAuto = -1;
+// SchedulerOptions::part_size's default, "auto": the executor's preferred part size where a
+// batch waits for a full bucket of at least two parts (scheduler/scheduler.h).
+inline constexpr int kPartSizeAuto = -1;
 inline constexpr unsigned kSpinMinHardwareThreads = 4;
 // A thread waiting on a ResultFuture polls this long before it sleeps: a closed-loop caller at
 // B=1 gets its result without a futex wake-up (~10 us of a ~50 us round trip on an H100 host).

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -66,6 +67,37 @@ TEST(CpuExecutorTest, RunReturnsEachRequestsStatusWithItsOutput) {
   EXPECT_NE(empty.status().message().find("0 requests"), std::string::npos);
   ex->Wait();  // the worker counts a batch after its callback returned
   EXPECT_EQ(ex->stats().batches, 6);
+}
+
+TEST(CpuExecutorTest, BatchesInPartsMatchTheReference) {
+  auto ex = MakeExecutor(/*num_blocks=*/512, /*max_batch_size=*/16);
+  testing::ExpectPartsMatchTheReference(*ex, 16);
+}
+
+// A sequence call made while a batch is open waits for the Submit that closes it (never lands
+// between the parts' plans and their run).
+TEST(CpuExecutorTest, SequenceCallsWaitForAnOpenBatch) {
+  auto ex = MakeExecutor();
+  RandomWorkload w(*ex, 31);
+  w.AddSequences(4, 20);
+  std::vector<OwnedRequest> reqs = w.MakeBatch(3);
+  ASSERT_TRUE(ex->SubmitPart(RandomWorkload::ToBatch(reqs)).ok());
+  std::atomic<bool> created{false};
+  std::thread caller([&] {
+    EXPECT_TRUE(ex->CreateSequence(999).ok());
+    created.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(created.load()) << "a sequence call landed inside an open batch";
+  testing::SyncResult r = SubmitAndWait(*ex, Batch{});
+  caller.join();
+  EXPECT_TRUE(created.load());
+  ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+  ASSERT_EQ(r.statuses.size(), reqs.size());
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
+    EXPECT_TRUE(MatchesExpected(reqs[i]));
+  }
 }
 
 TEST(CpuExecutorTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -752,6 +754,37 @@ TEST_F(CudaExecutorGpuTest, BatchLargerThanTheLargestBucketIsSplit) {
 // Run completes the batch on the calling thread (the done callback of Submit never runs
 // elsewhere for it): one request, a few, and more than the largest bucket (several pieces one
 // after another), after a Submit still in flight, which it waits for; results match.
+// Batches in parts (SubmitPart), on both launch modes; and a sequence call made while a batch
+// is open waits for the Submit that closes it.
+TEST_F(CudaExecutorGpuTest, BatchesInPartsMatchTheReference) {
+  for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
+    CudaExecutorOptions o = Options();
+    o.mode = mode;
+    o.max_batch_size = 32;
+    auto ex = Make(o);
+    ASSERT_NE(ex, nullptr);
+    testing::ExpectPartsMatchTheReference(*ex, o.max_batch_size);
+  }
+  auto ex = Make(Options());
+  ASSERT_NE(ex, nullptr);
+  RandomWorkload w(*ex, 31);
+  w.AddSequences(4, 20);
+  std::vector<OwnedRequest> reqs = w.MakeBatch(3);
+  ASSERT_TRUE(ex->SubmitPart(RandomWorkload::ToBatch(reqs)).ok());
+  std::atomic<bool> created{false};
+  std::thread caller([&] {
+    EXPECT_TRUE(ex->CreateSequence(999).ok());
+    created.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(created.load()) << "a sequence call landed inside an open batch";
+  testing::SyncResult r = testing::SubmitAndWait(*ex, Batch{});
+  caller.join();
+  EXPECT_TRUE(created.load());
+  ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+  ExpectAllMatch(r, reqs, "parts with a sequence call waiting");
+}
+
 TEST_F(CudaExecutorGpuTest, RunCompletesOnTheCallingThreadAndMatches) {
   for (LaunchMode mode : {LaunchMode::kGraph, LaunchMode::kEager}) {
     CudaExecutorOptions o = Options();

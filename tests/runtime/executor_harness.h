@@ -354,4 +354,74 @@ inline void ExpectLostTokenContract(Executor& ex, const std::function<void()>& i
   EXPECT_EQ(*ex.SequenceLength(doomed, 0), 1);
 }
 
+// A batch handed over in parts (Executor::SubmitPart) and closed by Submit: its requests
+// complete in the order handed over and match the reference over several rounds (each round's
+// tokens join the next round's context); parts of random sizes, the closing Submit sometimes
+// empty. Misuse: an empty part and a part past max_batch_size are refused and change nothing,
+// Run while a batch is open fails, and a (sequence, layer) of an earlier part fails alone in a
+// later one (its sequence untouched).
+inline void ExpectPartsMatchTheReference(Executor& ex, int max_batch_size) {
+  ASSERT_TRUE(ex.accepts_parts());
+  RandomWorkload w(ex, 29);
+  w.AddSequences(8, 40);
+  for (int round = 0; round < 6; ++round) {
+    const int size = w.rng().NextInt(2, std::min(max_batch_size, 16));
+    std::vector<OwnedRequest> reqs = w.MakeBatch(size);
+    Batch all = RandomWorkload::ToBatch(reqs);
+    int at = 0;
+    const bool empty_close = round % 2 == 1;
+    while (at < size) {
+      const int left = size - at;
+      const int n = empty_close ? std::min(left, w.rng().NextInt(1, left))
+                                : std::min(left - 1, w.rng().NextInt(1, left));
+      if (n <= 0) break;  // the rest goes with the closing Submit
+      Batch part;
+      part.requests.assign(all.requests.begin() + at, all.requests.begin() + at + n);
+      const Status s = ex.SubmitPart(std::move(part));
+      ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.ToString();
+      at += n;
+    }
+    Batch rest;
+    rest.requests.assign(all.requests.begin() + at, all.requests.end());
+    if (round == 0) {
+      StatusOr<std::vector<Status>> run = ex.Run(Batch{});
+      ASSERT_FALSE(run.ok());
+      EXPECT_EQ(run.status().code(), StatusCode::kFailedPrecondition) << run.status().ToString();
+      EXPECT_EQ(ex.SubmitPart(Batch{}).code(), StatusCode::kInvalidArgument);
+      Batch too_many;
+      too_many.requests.assign(static_cast<std::size_t>(max_batch_size), all.requests[0]);
+      const Status over = ex.SubmitPart(std::move(too_many));
+      EXPECT_EQ(over.code(), StatusCode::kInvalidArgument) << over.ToString();
+      EXPECT_NE(over.message().find("max_batch_size"), std::string::npos) << over.ToString();
+    }
+    SyncResult r = SubmitAndWait(ex, std::move(rest));
+    ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+    ASSERT_EQ(r.statuses.size(), reqs.size()) << "round " << round;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(r.statuses[i].ok()) << "round " << round << ": " << r.statuses[i].ToString();
+      EXPECT_TRUE(MatchesExpected(reqs[i])) << "round " << round << " request " << i;
+      EXPECT_EQ(*ex.SequenceLength(reqs[i].id, reqs[i].layer),
+                w.shadow().Length(reqs[i].id, reqs[i].layer));
+    }
+  }
+  // The same (sequence, layer) in two parts of one batch: the later request fails alone.
+  std::vector<OwnedRequest> first = w.MakeBatch(2);
+  OwnedRequest again = MakeRequest(ex.shape(), first[0].id, first[0].layer, w.rng());
+  const int length_before = w.shadow().Length(first[0].id, first[0].layer);
+  Batch part = RandomWorkload::ToBatch(first);
+  ASSERT_TRUE(ex.SubmitPart(std::move(part)).ok());
+  Batch close;
+  close.requests.push_back(again.Request());
+  SyncResult r = SubmitAndWait(ex, std::move(close));
+  ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+  ASSERT_EQ(r.statuses.size(), 3u);
+  EXPECT_TRUE(r.statuses[0].ok() && r.statuses[1].ok());
+  EXPECT_TRUE(MatchesExpected(first[0]));
+  EXPECT_TRUE(MatchesExpected(first[1]));
+  EXPECT_EQ(r.statuses[2].code(), StatusCode::kInvalidArgument) << r.statuses[2].ToString();
+  EXPECT_NE(r.statuses[2].message().find("request 2"), std::string::npos)
+      << r.statuses[2].ToString();
+  EXPECT_EQ(*ex.SequenceLength(first[0].id, first[0].layer), length_before);
+}
+
 }  // namespace attnrt::runtime::testing

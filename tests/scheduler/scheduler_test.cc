@@ -58,6 +58,7 @@ std::vector<std::uint16_t> Bits(const std::vector<Half>& h) {
 class SchedulerTest : public ::testing::Test {
  protected:
   void Make(SchedulerOptions options, FakeExecutorOptions executor_options = {}) {
+    scheduler_.reset();  // before the executor it uses
     executor_ = std::make_unique<FakeExecutor>(std::move(executor_options));
     ASSERT_TRUE(executor_->CreateSequences(64).ok());
     auto created = Scheduler::Create(options, executor_.get(), &clock_);
@@ -1045,6 +1046,167 @@ TEST_F(SchedulerTest, DestructorShutsDownWithRequestsQueued) {
   scheduler_.reset();
   ASSERT_TRUE(Ready(f));
   EXPECT_EQ(f.get().status.code(), StatusCode::kUnavailable);
+}
+
+// ---- batches in parts (SchedulerOptions::part_size) -------------------------------------------
+
+FakeExecutorOptions PartsExecutor(int preferred_part_size = 0) {
+  FakeExecutorOptions o = Buckets({1, 2, 4, 8});
+  o.accept_parts = true;
+  o.preferred_part_size = preferred_part_size;
+  return o;
+}
+
+SchedulerOptions PartOptions(int part_size, microseconds delay = microseconds(100)) {
+  SchedulerOptions o = WindowOptions(8, delay);
+  o.part_size = part_size;
+  return o;
+}
+
+std::vector<std::vector<std::uint64_t>> Tags(const std::vector<RecordedBatch>& batches) {
+  std::vector<std::vector<std::uint64_t>> out;
+  for (const RecordedBatch& b : batches) {
+    out.emplace_back();
+    for (const auto& r : b.requests) out.back().push_back(r.tag);
+  }
+  return out;
+}
+
+// While a batch waits for its full bucket, requests go to the executor part_size at a time; the
+// bucket closes it with the rest, as one batch in the order handed over.
+TEST_F(SchedulerTest, PartsAreHandedOverWhileTheBatchForms) {
+  Make(PartOptions(2), PartsExecutor());
+  std::vector<ResultFuture> f;
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Tags(executor_->parts()), (std::vector<std::vector<std::uint64_t>>{{0, 1}}));
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  EXPECT_FALSE(Ready(f[0]));
+  f.push_back(SubmitOk(Request(3, 3)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Tags(executor_->parts()), (std::vector<std::vector<std::uint64_t>>{{0, 1}, {2, 3}}));
+  for (int i = 4; i < 8; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(clock_.Now(), 0);  // the full bucket closed it: no time passed
+  const MetricsSnapshot m = scheduler_->Metrics();
+  EXPECT_EQ(m.batches, 1u);
+  EXPECT_EQ(m.batch_size.max, 8u);
+  EXPECT_EQ(m.queue_delay_ns.count, 8u);
+}
+
+// The window closes a batch whose parts never filled the bucket; the queue depth counts the parts
+// until then.
+TEST_F(SchedulerTest, TheWindowClosesABatchHandedOverInParts) {
+  Make(PartOptions(2), PartsExecutor());
+  std::vector<ResultFuture> f;
+  for (int i = 0; i < 5; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Tags(executor_->parts()), (std::vector<std::vector<std::uint64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(scheduler_->Metrics().pending, 5);
+  clock_.Advance(microseconds(99));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  clock_.Advance(microseconds(1));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3, 4}}));
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+}
+
+// A request handed over in a part is dispatched: Cancel returns false and it completes.
+TEST_F(SchedulerTest, CancelAfterHandOverReturnsFalseAndTheRequestCompletes) {
+  Make(PartOptions(2, microseconds(10'000)), PartsExecutor());
+  auto a = scheduler_->Submit(Request(1, 1));
+  auto b = scheduler_->Submit(Request(2, 2));
+  auto c = scheduler_->Submit(Request(3, 3));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(executor_->parts().size(), 1u);
+  EXPECT_FALSE(scheduler_->Cancel(a->handle));
+  EXPECT_TRUE(scheduler_->Cancel(c->handle));  // still pending
+  EXPECT_EQ(Get(c->result).status.code(), StatusCode::kCancelled);
+  clock_.Advance(microseconds(10'000));
+  scheduler_->SyncForTesting();
+  EXPECT_TRUE(Get(a->result).status.ok());
+  EXPECT_TRUE(Get(b->result).status.ok());
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{1, 2}}));
+}
+
+// A (sequence, layer) already in a part waits for a later batch; so does a part that only its
+// duplicates would fill.
+TEST_F(SchedulerTest, PartsNeverTakeASequenceAndLayerTwice) {
+  Make(PartOptions(2), PartsExecutor());
+  std::vector<ResultFuture> f;
+  f.push_back(SubmitOk(Request(0, 1)));
+  f.push_back(SubmitOk(Request(1, 2)));
+  scheduler_->SyncForTesting();
+  f.push_back(SubmitOk(Request(2, 1)));  // sequence 1 again
+  f.push_back(SubmitOk(Request(3, 3)));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Tags(executor_->parts()), (std::vector<std::vector<std::uint64_t>>{{0, 1}}));
+  clock_.Advance(microseconds(100));
+  scheduler_->SyncForTesting();
+  clock_.Advance(microseconds(100));
+  scheduler_->SyncForTesting();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 3}, {2}}));
+  EXPECT_EQ(executor_->duplicate_key_batches(), 0);
+}
+
+// Drain dispatches a batch open in parts at once; Shutdown runs one (its requests are
+// dispatched), failing only the requests still pending.
+TEST_F(SchedulerTest, DrainAndShutdownCloseABatchOpenInParts) {
+  Make(PartOptions(2, microseconds(1'000'000)), PartsExecutor());
+  std::vector<ResultFuture> f;
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(executor_->parts().size(), 1u);
+  scheduler_->Drain();
+  for (auto& x : f) {
+    ASSERT_TRUE(Ready(x));
+    EXPECT_TRUE(x.get().status.ok());
+  }
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2}}));
+
+  Make(PartOptions(2, microseconds(1'000'000)), PartsExecutor());
+  f.clear();
+  for (int i = 0; i < 3; ++i) f.push_back(SubmitOk(Request(10 + i, i)));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(executor_->parts().size(), 1u);
+  scheduler_->Shutdown();
+  EXPECT_TRUE(Get(f[0]).status.ok());
+  EXPECT_TRUE(Get(f[1]).status.ok());
+  EXPECT_EQ(Get(f[2]).status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(BatchTags(), (std::vector<std::vector<std::uint64_t>>{{10, 11}}));
+}
+
+// part_size: -1 takes the executor's preferred size when the bucket holds two such parts; a size
+// > 0 needs an executor that takes parts; out of range is refused naming the field.
+TEST_F(SchedulerTest, PartSizeAutoAndValidation) {
+  Make(PartOptions(-1), PartsExecutor(/*preferred_part_size=*/4));
+  for (int i = 0; i < 5; ++i) SubmitOk(Request(i, i));
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(Tags(executor_->parts()), (std::vector<std::vector<std::uint64_t>>{{0, 1, 2, 3}}));
+  scheduler_->Drain();
+
+  Make(PartOptions(-1), PartsExecutor(/*preferred_part_size=*/8));  // one part is the batch
+  for (int i = 0; i < 5; ++i) SubmitOk(Request(i, i));
+  scheduler_->SyncForTesting();
+  EXPECT_TRUE(executor_->parts().empty());
+  scheduler_->Drain();
+
+  FakeExecutor plain;
+  auto refused = Scheduler::Create(PartOptions(2), &plain, &clock_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("part_size"), std::string::npos);
+  FakeExecutor parts(PartsExecutor());
+  for (int bad : {-2, 9}) {
+    auto r = Scheduler::Create(PartOptions(bad), &parts, &clock_);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("part_size"), std::string::npos);
+  }
 }
 
 // ---- Decode -----------------------------------------------------------------------------------

@@ -56,6 +56,11 @@ struct FakeExecutorOptions {
   bool offer_staging_memory = false;
   // Answer accepts_device_memory() with true (the fake reads "device" pointers as host memory).
   bool accept_device_memory = false;
+  // Take batches in parts (Executor::SubmitPart) and report this preferred part size (0: the
+  // scheduler's auto setting uses none). Parts are recorded (parts()) and run with the Submit
+  // that closes their batch, as one recorded batch.
+  bool accept_parts = false;
+  int preferred_part_size = 0;
 };
 
 // Heap memory standing in for a GPU executor's mapped staging: counts allocations and knows
@@ -137,7 +142,31 @@ class FakeExecutor final : public runtime::Executor {
   }
   const FakeStagingMemory& fake_staging() const { return staging_; }
 
+  bool accepts_parts() const override { return options_.accept_parts; }
+  int preferred_part_size() const override { return options_.preferred_part_size; }
+  Status SubmitPart(runtime::Batch part) override {
+    if (!options_.accept_parts) return Executor::SubmitPart(std::move(part));
+    std::lock_guard<std::mutex> lock(mu_);
+    const int n = static_cast<int>(part.requests.size() + open_.requests.size());
+    if (part.requests.empty() || n > options_.max_batch_size) {
+      return InvalidArgumentError("part makes the batch " + std::to_string(n) + " requests");
+    }
+    RecordedBatch rec;
+    for (const auto& r : part.requests) rec.requests.push_back(Record(r));
+    parts_.push_back(std::move(rec));
+    open_.requests.insert(open_.requests.end(), part.requests.begin(), part.requests.end());
+    return Status::Ok();
+  }
+
   Status Submit(runtime::Batch batch, runtime::BatchDoneFn done) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!open_.requests.empty()) {  // the parts first, in the order handed over
+        batch.requests.insert(batch.requests.begin(), open_.requests.begin(),
+                              open_.requests.end());
+        open_.requests.clear();
+      }
+    }
     const int n = static_cast<int>(batch.requests.size());
     if (n == 0 || n > options_.max_batch_size) {
       return InvalidArgumentError("batch has " + std::to_string(n) + " requests, expected [1, " +
@@ -158,11 +187,7 @@ class FakeExecutor final : public runtime::Executor {
     if (options_.record) {
       RecordedBatch rec;
       rec.requests.reserve(n);
-      for (const auto& r : batch.requests) {
-        const bool in_staging = staging_.Contains(r.q) && staging_.Contains(r.k) &&
-                                staging_.Contains(r.v) && staging_.Contains(r.out);
-        rec.requests.push_back({r.sequence_id, r.layer, ReadTag(r.q), r.memory, in_staging});
-      }
+      for (const auto& r : batch.requests) rec.requests.push_back(Record(r));
       recorded_.push_back(std::move(rec));
     }
     ++submitted_batches_;
@@ -267,6 +292,11 @@ class FakeExecutor final : public runtime::Executor {
     std::lock_guard<std::mutex> lock(mu_);
     return recorded_;
   }
+  // Every part handed over by SubmitPart, in order (accept_parts).
+  std::vector<RecordedBatch> parts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return parts_;
+  }
   int submitted_batches() const {
     std::lock_guard<std::mutex> lock(mu_);
     return submitted_batches_;
@@ -291,6 +321,12 @@ class FakeExecutor final : public runtime::Executor {
 
  private:
   FakeStagingMemory staging_;  // first member: outlives nothing that uses it
+
+  RecordedRequest Record(const runtime::BatchRequest& r) const {
+    const bool in_staging = staging_.Contains(r.q) && staging_.Contains(r.k) &&
+                            staging_.Contains(r.v) && staging_.Contains(r.out);
+    return {r.sequence_id, r.layer, ReadTag(r.q), r.memory, in_staging};
+  }
 
   struct Job {
     runtime::Batch batch;
@@ -375,6 +411,8 @@ class FakeExecutor final : public runtime::Executor {
   std::optional<Status> fail_next_submit_;
   std::map<runtime::SequenceId, Status> failing_sequences_;
   std::vector<RecordedBatch> recorded_;
+  std::vector<RecordedBatch> parts_;
+  runtime::Batch open_;  // the parts of the batch being formed
   std::vector<std::pair<runtime::SequenceId, int>> keys_;  // scratch for Submit
   std::thread worker_;
 };
