@@ -220,7 +220,7 @@ std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
     if (!TakeForExecutor(record, &r)) continue;
     part.requests.push_back(r);
     records.push_back(record);
-    queue_delays_.push_back(static_cast<std::uint64_t>(now - record->submit_ns));
+    queue_delays_.push_back(QueueDelayNs(now, *record));
   }
   const auto cancelled = static_cast<std::int64_t>(selected_.size() - records.size());
   if (records.empty()) return cancelled;
@@ -261,7 +261,7 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
     if (!TakeForExecutor(record, &r)) continue;
     batch.requests.push_back(r);
     batch_state->records.push_back(record);
-    queue_delays_.push_back(static_cast<std::uint64_t>(now - record->submit_ns));
+    queue_delays_.push_back(QueueDelayNs(now, *record));
   }
   metrics_.queue_delay_ns.RecordAll(queue_delays_);
   const int size = static_cast<int>(batch_state->records.size());

@@ -268,6 +268,11 @@ class Scheduler::Impl final : public ClockListener {
     return std::min(pending_.OldestSubmitNs(), open_oldest_ns_);
   }
   bool WaitingForBatch() const { return !pending_.empty() || open_ != nullptr; }
+  // Submit -> dispatch at `now`, the pass's start: a request taken in the same pass may have
+  // been submitted after it (0 then, not a negative wrapped to 2^64).
+  static std::uint64_t QueueDelayNs(ClockNanos now, const RequestRecord& record) {
+    return static_cast<std::uint64_t>(std::max<ClockNanos>(0, now - record.submit_ns));
+  }
   static int ResolvePartSize(int part_size, const runtime::Executor& executor,
                              const BatchingWindow& window) {
     if (part_size != defaults::kPartSizeAuto) return part_size;
