@@ -74,30 +74,9 @@ TEST(CpuExecutorTest, BatchesInPartsMatchTheReference) {
   testing::ExpectPartsMatchTheReference(*ex, 16);
 }
 
-// A sequence call made while a batch is open waits for the Submit that closes it (never lands
-// between the parts' plans and their run).
 TEST(CpuExecutorTest, SequenceCallsWaitForAnOpenBatch) {
   auto ex = MakeExecutor();
-  RandomWorkload w(*ex, 31);
-  w.AddSequences(4, 20);
-  std::vector<OwnedRequest> reqs = w.MakeBatch(3);
-  ASSERT_TRUE(ex->SubmitPart(RandomWorkload::ToBatch(reqs)).ok());
-  std::atomic<bool> created{false};
-  std::thread caller([&] {
-    EXPECT_TRUE(ex->CreateSequence(999).ok());
-    created.store(true);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(created.load()) << "a sequence call landed inside an open batch";
-  testing::SyncResult r = SubmitAndWait(*ex, Batch{});
-  caller.join();
-  EXPECT_TRUE(created.load());
-  ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
-  ASSERT_EQ(r.statuses.size(), reqs.size());
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
-    EXPECT_TRUE(MatchesExpected(reqs[i]));
-  }
+  testing::ExpectSequenceCallsWaitForAnOpenBatch(*ex);
 }
 
 TEST(CpuExecutorTest, FailedBatchLosesItsTokensUntilTheSequenceIsFreed) {

@@ -767,22 +767,7 @@ TEST_F(CudaExecutorGpuTest, BatchesInPartsMatchTheReference) {
   }
   auto ex = Make(Options());
   ASSERT_NE(ex, nullptr);
-  RandomWorkload w(*ex, 31);
-  w.AddSequences(4, 20);
-  std::vector<OwnedRequest> reqs = w.MakeBatch(3);
-  ASSERT_TRUE(ex->SubmitPart(RandomWorkload::ToBatch(reqs)).ok());
-  std::atomic<bool> created{false};
-  std::thread caller([&] {
-    EXPECT_TRUE(ex->CreateSequence(999).ok());
-    created.store(true);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(created.load()) << "a sequence call landed inside an open batch";
-  testing::SyncResult r = testing::SubmitAndWait(*ex, Batch{});
-  caller.join();
-  EXPECT_TRUE(created.load());
-  ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
-  ExpectAllMatch(r, reqs, "parts with a sequence call waiting");
+  testing::ExpectSequenceCallsWaitForAnOpenBatch(*ex);
 }
 
 TEST_F(CudaExecutorGpuTest, RunCompletesOnTheCallingThreadAndMatches) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -422,6 +424,31 @@ inline void ExpectPartsMatchTheReference(Executor& ex, int max_batch_size) {
   EXPECT_NE(r.statuses[2].message().find("request 2"), std::string::npos)
       << r.statuses[2].ToString();
   EXPECT_EQ(*ex.SequenceLength(first[0].id, first[0].layer), length_before);
+}
+
+// A sequence call made while a batch is open (SubmitPart) waits for the Submit that closes it:
+// it never lands between the parts' plans and their run. The batch then matches the reference.
+inline void ExpectSequenceCallsWaitForAnOpenBatch(Executor& ex) {
+  RandomWorkload w(ex, 31);
+  w.AddSequences(4, 20);
+  std::vector<OwnedRequest> reqs = w.MakeBatch(3);
+  ASSERT_TRUE(ex.SubmitPart(RandomWorkload::ToBatch(reqs)).ok());
+  std::atomic<bool> created{false};
+  std::thread caller([&] {
+    EXPECT_TRUE(ex.CreateSequence(999).ok());
+    created.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(created.load()) << "a sequence call landed inside an open batch";
+  SyncResult r = SubmitAndWait(ex, Batch{});
+  caller.join();
+  EXPECT_TRUE(created.load());
+  ASSERT_TRUE(r.submit.ok()) << r.submit.ToString();
+  ASSERT_EQ(r.statuses.size(), reqs.size());
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(r.statuses[i].ok()) << r.statuses[i].ToString();
+    EXPECT_TRUE(MatchesExpected(reqs[i])) << "request " << i;
+  }
 }
 
 }  // namespace attnrt::runtime::testing
