@@ -127,6 +127,32 @@ __global__ void CopyBytesKernel(const unsigned char* from, unsigned char* to, st
   for (std::size_t i = words * 16 + first; i < bytes; i += stride) to[i] = from[i];
 }
 
+// MetadataCopyArgs: CTA `capacity` copies the whole regions, CTA r row r's needed blocks. Each
+// row's CTA reads its length across PCIe first (one round trip), then its blocks (another).
+__global__ void CopyMetadataKernel(MetadataCopyArgs a) {
+  WaitForPrerequisiteGrids();
+  AllowDependentLaunch();
+  const int row = static_cast<int>(blockIdx.x);
+  if (row == a.capacity) {
+    const uint4* from = reinterpret_cast<const uint4*>(a.from);
+    uint4* to = reinterpret_cast<uint4*>(a.to);
+    const std::size_t head = a.head_bytes / 16, tail = a.tail / 16, end = a.end / 16;
+    const std::size_t words = head + (end - tail);
+    for (std::size_t i = threadIdx.x; i < words; i += blockDim.x) {
+      const std::size_t w = i < head ? i : tail + (i - head);
+      to[w] = from[w];
+    }
+    return;
+  }
+  const int kv_length = reinterpret_cast<const std::int32_t*>(a.from + a.kv_lengths)[row];
+  if (kv_length <= 0) return;  // padding: never read
+  const int blocks = min((kv_length + a.block_size - 1) / a.block_size, a.max_blocks);
+  const std::size_t at = a.tables + static_cast<std::size_t>(row) * a.max_blocks * sizeof(std::int32_t);
+  const std::int32_t* from = reinterpret_cast<const std::int32_t*>(a.from + at);
+  std::int32_t* to = reinterpret_cast<std::int32_t*>(a.to + at);
+  for (int i = static_cast<int>(threadIdx.x); i < blocks; i += blockDim.x) to[i] = from[i];
+}
+
 __global__ void NeverRunsKernel() {}
 
 Status AddNode(void* func, cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
@@ -162,6 +188,31 @@ Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t n
   p.func = reinterpret_cast<void*>(CopyBytesKernel);
   p.gridDim = dim3(static_cast<unsigned>(
       std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kCopyThreads - 1) / kCopyThreads))));
+  p.blockDim = dim3(kCopyThreads);
+  p.sharedMemBytes = 0;
+  p.kernelParams = params;
+  p.extra = nullptr;
+  ATTNRT_CUDA_RETURN(cudaGraphAddKernelNode(node, graph, deps, num_deps, &p));
+  return Status::Ok();
+}
+
+Status AddMetadataCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                           const MetadataCopyArgs& args, cudaGraphNode_t* node) {
+  const bool aligned =
+      ((reinterpret_cast<std::uintptr_t>(args.from) | reinterpret_cast<std::uintptr_t>(args.to) |
+        args.head_bytes | args.tables | args.tail | args.end) & 15u) == 0;
+  if (!aligned || args.capacity <= 0 || args.max_blocks <= 0 || args.block_size <= 0 ||
+      args.kv_lengths + static_cast<std::size_t>(args.capacity) * 4 > args.head_bytes ||
+      args.tables < args.head_bytes ||
+      args.tables + static_cast<std::size_t>(args.capacity) * args.max_blocks * 4 > args.tail ||
+      args.tail > args.end) {
+    return InvalidArgumentError("AddMetadataCopyNode: misaligned or inconsistent layout");
+  }
+  MetadataCopyArgs copy = args;
+  void* params[1] = {&copy};  // the node copies the argument at creation
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(CopyMetadataKernel);
+  p.gridDim = dim3(static_cast<unsigned>(args.capacity + 1));
   p.blockDim = dim3(kCopyThreads);
   p.sharedMemBytes = 0;
   p.kernelParams = params;

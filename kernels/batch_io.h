@@ -48,6 +48,26 @@ Status AddScatterNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_
 Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
                    const void* from, void* to, std::size_t bytes, cudaGraphNode_t* node);
 
+// A step's metadata from the executor's pinned staging (device-addressable) to its device
+// mirror, copying of each block-table row only the blocks its kv_length needs: the rest of a
+// row is never read (kernels stop at kv_length), and a row holds max_context's blocks, so a
+// whole-region copy moved up to max_blocks / needed times the bytes (a bucket of 128 at
+// max_context 32768: 1 MB a step). Layout: [0, head_bytes) and [tail, end) copied whole
+// (lengths, layers; the pointer arrays), the int32 table of `capacity` rows of `max_blocks` at
+// `tables`; every offset 16-byte aligned.
+struct MetadataCopyArgs {
+  const unsigned char* from = nullptr;  // pinned host staging (device-addressable)
+  unsigned char* to = nullptr;          // its device mirror
+  std::size_t head_bytes = 0;
+  std::size_t kv_lengths = 0;  // offset of the int32 kv_lengths[capacity], inside the head
+  std::size_t tables = 0;
+  std::size_t tail = 0, end = 0;
+  int capacity = 0, max_blocks = 0, block_size = 0;
+};
+// As a graph kernel node: one CTA per row plus one for the whole regions.
+Status AddMetadataCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+                           const MetadataCopyArgs& args, cudaGraphNode_t* node);
+
 Status LaunchGather(const BatchIoArgs& args, cudaStream_t stream);
 Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream);
 

@@ -341,9 +341,27 @@ Status CudaExecutor::Impl::AddDeviceGraph(int path, int bucket, int buffer, bool
   *graph = Graph::Adopt(raw);
 
   cudaGraphNode_t h2d = nullptr, wait = nullptr, record = nullptr;
-  ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
-                                        l.meta_bytes, CopiesByKernel(l.meta_bytes, 0),
-                                        cudaMemcpyHostToDevice, &h2d));
+  if (pinned_is_device_addressable) {
+    // Only the blocks each row reads (kernels::MetadataCopyArgs), by a kernel: H200, bucket 128
+    // at max_context 2773, a memcpy node of the whole 89 KB cost the launch ~2 us more
+    // (bench/results/2026-11-29_h200_launch-cost/ r1, r2).
+    kernels::MetadataCopyArgs meta;
+    meta.from = buf.in.as<unsigned char>();
+    meta.to = static_cast<unsigned char*>(buf.dev_in.data());
+    meta.head_bytes = l.block_tables;
+    meta.kv_lengths = l.kv_lengths;
+    meta.tables = l.block_tables;
+    meta.tail = l.q_ptrs;
+    meta.end = l.meta_bytes;
+    meta.capacity = l.capacity;
+    meta.max_blocks = max_blocks;
+    meta.block_size = options.shape.block_size;
+    ATTNRT_RETURN_IF_ERROR(kernels::AddMetadataCopyNode(raw, nullptr, 0, meta, &h2d));
+  } else {
+    ATTNRT_RETURN_IF_ERROR(AddStagingCopy(raw, nullptr, 0, buf.dev_in.data(), buf.in.data(),
+                                          l.meta_bytes, /*by_kernel=*/false,
+                                          cudaMemcpyHostToDevice, &h2d));
+  }
   if (compute_order) {
     ATTNRT_CUDA_RETURN(cudaGraphAddEventWaitNode(&wait, raw, nullptr, 0,
                                                  buffers[PreviousBuffer(buffer)].computed.get()));
