@@ -23,5 +23,5 @@ for round in 1 2; do
   timeout 100 build-h200/bench/api_host_path_bench --sections saturation > "$O/saturation_new_$round.txt" 2>&1; echo "new $round rc=$? at $(date -u +%T)" | tee -a "$O/record.txt"
 done
 echo "end $(date -u +%FT%TZ)" >> "$O/record.txt"
-for f in "$O"/saturation_*.txt; do echo "== $f"; grep -E "^saturation B=|medians: plan.*70% load, run|70% load, run [0-9]: p99|stolen" "$f" | grep -oE "^saturation B=[0-9]+ T=512: capacity [0-9]+ req/s \(step [0-9.]+ us\).{0,40}|70% load p99 [0-9]+ us \(3 runs pooled: [0-9 /]+|launch [0-9.]+ \(the graph launch [0-9.]+\), gpu [0-9.]+, requests 128|run [0-9]: p99 [0-9]+|stolen by the hypervisor [0-9]+ ms" | sort | uniq -c | sort -rn | head -24; done
+for f in "$O"/saturation_*.txt; do echo "== $f"; grep -E "^saturation B=128" "$f" | cut -c1-300; grep -E "pieces, 70% load, run" "$f" | grep "requests 128" | grep -oE "launch [0-9.]+ \(the graph launch [0-9.]+\), gpu [0-9.]+"; grep -oE "CPU stolen by the hypervisor [0-9]+ ms" "$f" | tail -3 | tr '\n' ' '; echo; done
 tar -czf "$O.tgz" -C "$(dirname "$O")" "$(basename "$O")" && rm -rf "$O"
