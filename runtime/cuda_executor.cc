@@ -57,11 +57,24 @@ bool KnownDeviceAllocations::AddAllocationOf(const void* p) {
     return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
   }();
   if (get_range == nullptr) return false;
-  CUdeviceptr base = 0;
-  std::size_t bytes = 0;
-  if (get_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS || bytes == 0) {
+  // A driver call needs a current context, which a thread that has made no runtime call has
+  // not (the scheduler's batching thread plans the batches: memcheck reported
+  // CUDA_ERROR_INVALID_CONTEXT there, H200 2026-11-29, and no allocation was ever recorded).
+  // cudaSetDevice makes the device's primary context current; the caller's device is put back.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
+  if (cudaSetDevice(device_) != cudaSuccess) {
+    (void)cudaGetLastError();
     return false;
   }
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  const bool found =
+      get_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)) == CUDA_SUCCESS && bytes != 0;
+  if (previous >= 0 && previous != device_ && cudaSetDevice(previous) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  if (!found) return false;
   // Bounded: a caller allocating a buffer per request would otherwise grow the map without end
   // (its pointers are then checked by the driver again after each reset).
   if (ranges_.size() >= kMaxAllocations) ranges_.Clear();
@@ -141,6 +154,7 @@ Status CudaExecutor::Impl::Init() {
   ATTNRT_ASSIGN_OR_RETURN(stream, Stream::Create());
   // Plans are made once, here, for this device: its SM count sizes the split-KV grids.
   ATTNRT_ASSIGN_OR_RETURN(const kernels::DecodeDevice device, kernels::CurrentDecodeDevice());
+  known_allocations->set_device(device.ordinal);
   Logger().debug("cuda executor: device {} with {} SMs; split-KV plans read the {} launch table",
                  device.ordinal, device.sm_count, kernels::TunedGpuName(device.tuned_gpu));
   if (options.paths.empty()) options.paths = {std::string(kernels::DefaultDecodeVariant().name)};

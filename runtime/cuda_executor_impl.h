@@ -271,8 +271,11 @@ class KnownDeviceAllocations {
   // Records the allocation holding p, a pointer the driver said the device can read; false if
   // its range is unknown to the driver (then p is checked again next time).
   bool AddAllocationOf(const void* p);
+  // The executor's device, whose context the range lookup needs current on the calling thread.
+  void set_device(int ordinal) { device_ = ordinal; }
 
  private:
+  int device_ = 0;
   static constexpr std::size_t kMaxAllocations = 4096;
   AddressRanges ranges_;
 };
