@@ -53,6 +53,7 @@ class RuntimeImpl final : public Runtime {
     so.mapped_staging_bytes = o.mapped_staging_bytes;
     so.batcher_spin = o.batcher_spin;
     so.result_spin = o.result_spin;
+    so.part_size = o.part_size;
     ATTNRT_ASSIGN_OR_RETURN(scheduler_, scheduler::Scheduler::Create(so, executor_.get()));
     return Status::Ok();
   }

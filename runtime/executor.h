@@ -122,7 +122,8 @@ class Executor {
   // executor plans them then (validation, each request's token), so that the Submit that closes
   // the batch has only the rest to plan. A malformed part (empty; the batch over
   // max_batch_size; ready_event set: only the closing Submit may) returns InvalidArgument and
-  // changes nothing. Called like Submit (the same thread, and Run never while a batch is open:
+  // changes nothing; a malformed closing Submit returns its error and leaves the batch open
+  // (submit it again). Called like Submit (the same thread, and Run never while a batch is open:
   // FailedPrecondition); sequence calls wait while a batch is open, so close it within the
   // batching window. An executor destroyed with a batch open drops it (its requests' tokens are
   // taken, never written).

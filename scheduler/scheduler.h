@@ -139,8 +139,9 @@ struct SchedulerOptions {
   int pass_trace = 0;
   // Requests handed to the executor at a time while a batch forms (see "Batches in parts"); 0 =
   // never (whole batches only); -1 (the default) = auto: the executor's preferred_part_size()
-  // when the smallest preferred size holds at least two such parts (the CUDA executor, max
-  // batch >= 64 with min_batch_size 0), else 0. > 0 needs an executor that accepts_parts().
+  // when the smallest preferred size holds at least two such parts (the CUDA executor: a full
+  // bucket, or min_batch_size's bucket, of 64 or more), else 0. > 0 needs an executor that
+  // accepts_parts().
   int part_size = defaults::kPartSizeAuto;
 };
 

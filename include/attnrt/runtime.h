@@ -61,6 +61,13 @@ struct RuntimeOptions {
   // least 4 us); -1 (the default) = 200 us on a machine with 4 or more hardware threads (at most
   // one waiter per 4 hardware threads polls that long at once, the others 4 us), else 4 us.
   std::chrono::microseconds result_spin{defaults::kResultSpinAuto};
+  // Requests handed to the executor at a time while a batch waits for its full bucket, so that
+  // the executor validates and plans them during the window (a request handed over counts as
+  // dispatched: Cancel returns false); 0 = whole batches only; -1 (the default) = the executor's
+  // preferred part size (32 on the CUDA executor) where the smallest batch that dispatches
+  // early (the full bucket; with min_batch_size, its bucket) holds two parts or more, else 0.
+  // See "Batches in parts" in scheduler/scheduler.h.
+  int part_size = defaults::kPartSizeAuto;
 
   // CUDA executor: batch buckets captured as graphs (empty = 1,2,4,...,256), eager mode for
   // debugging, and the decode path by name: "split_kv" (the fused flash-decoding kernel, the

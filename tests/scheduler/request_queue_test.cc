@@ -59,6 +59,36 @@ TEST_F(PendingQueueTest, SelectSkipsASecondRequestOfOneSequenceAndLayer) {
   EXPECT_EQ(Select(q, 8), (std::vector<RequestRecord*>{a2, b, c}));
 }
 
+// A batch selected in parts: a continued Select skips the pairs the earlier parts took (which
+// left the queue), a plain one starts afresh, Unselect gives a part's pairs back, and a
+// continued selection past the set's room still remembers every earlier pair.
+TEST_F(PendingQueueTest, ContinuedSelectionsSkipTheEarlierPartsPairs) {
+  PendingQueue q(1);
+  RequestRecord* a1 = Make(1, 0, 0, 1);
+  RequestRecord* b = Make(2, 0, 0, 2);
+  RequestRecord* a2 = Make(1, 0, 0, 3);  // (1, 0) again
+  RequestRecord* c = Make(3, 0, 0, 4);
+  for (RequestRecord* s : {a1, b, a2, c}) q.Push(s);
+  std::vector<RequestRecord*> part;
+  q.Select(2, &part, /*continue_batch=*/false, /*room=*/2);
+  EXPECT_EQ(part, (std::vector<RequestRecord*>{a1, b}));
+  q.Remove(a1);
+  q.Remove(b);
+  part.clear();
+  q.Select(2, &part, /*continue_batch=*/true);
+  EXPECT_EQ(part, (std::vector<RequestRecord*>{c}));  // a2's pair is in the batch already
+  q.Unselect(part.size());                             // not handed over after all
+  part.clear();
+  q.Select(1, &part, /*continue_batch=*/true);  // past the room of 2: the set grows
+  EXPECT_EQ(part, (std::vector<RequestRecord*>{c}));
+  part.clear();
+  q.Select(4, &part, /*continue_batch=*/true);
+  EXPECT_TRUE(part.empty()) << "(1, 0) and (3, 0) are in the batch";
+  part.clear();
+  q.Select(4, &part);  // a new batch
+  EXPECT_EQ(part, (std::vector<RequestRecord*>{a2, c}));
+}
+
 TEST_F(PendingQueueTest, RemoveFromMiddleKeepsOrderAndOldest) {
   PendingQueue q(1);
   RequestRecord* a = Make(1, 0, 0, 5);
