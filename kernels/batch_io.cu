@@ -155,19 +155,26 @@ __global__ void CopyMetadataKernel(MetadataCopyArgs a) {
 
 __global__ void NeverRunsKernel() {}
 
-Status AddNode(void* func, cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
-               const BatchIoArgs& args, cudaGraphNode_t* node) {
-  BatchIoArgs copy = args;
-  void* params[1] = {&copy};  // the node copies the argument at creation
+// A kernel node of `func` over `blocks` CTAs of `threads`; the node copies `params` at creation.
+Status AddKernel(void* func, unsigned blocks, unsigned threads, void** params, cudaGraph_t graph,
+                 const cudaGraphNode_t* deps, std::size_t num_deps, cudaGraphNode_t* node) {
   cudaKernelNodeParams p{};
   p.func = func;
-  p.gridDim = dim3(static_cast<unsigned>(args.capacity));
-  p.blockDim = dim3(kRowThreads);
+  p.gridDim = dim3(blocks);
+  p.blockDim = dim3(threads);
   p.sharedMemBytes = 0;
   p.kernelParams = params;
   p.extra = nullptr;
   ATTNRT_CUDA_RETURN(cudaGraphAddKernelNode(node, graph, deps, num_deps, &p));
   return Status::Ok();
+}
+
+Status AddNode(void* func, cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
+               const BatchIoArgs& args, cudaGraphNode_t* node) {
+  BatchIoArgs copy = args;
+  void* params[1] = {&copy};
+  return AddKernel(func, static_cast<unsigned>(args.capacity), kRowThreads, params, graph, deps,
+                   num_deps, node);
 }
 
 }  // namespace
@@ -179,21 +186,15 @@ Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t n
   }
   const auto* src = static_cast<const unsigned char*>(from);
   auto* dst = static_cast<unsigned char*>(to);
-  void* params[3] = {&src, &dst, &bytes};  // the node copies the arguments at creation
+  void* params[3] = {&src, &dst, &bytes};
   // One 16-byte word per thread, up to kCopyBlocks CTAs (each walks the rest grid-stride):
   // enough loads in flight to cover PCIe latency at tens of kilobytes.
   constexpr std::size_t kCopyBlocks = 32;
   const std::size_t words = (bytes + 15) / 16;
-  cudaKernelNodeParams p{};
-  p.func = reinterpret_cast<void*>(CopyBytesKernel);
-  p.gridDim = dim3(static_cast<unsigned>(
-      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kCopyThreads - 1) / kCopyThreads))));
-  p.blockDim = dim3(kCopyThreads);
-  p.sharedMemBytes = 0;
-  p.kernelParams = params;
-  p.extra = nullptr;
-  ATTNRT_CUDA_RETURN(cudaGraphAddKernelNode(node, graph, deps, num_deps, &p));
-  return Status::Ok();
+  const auto blocks = static_cast<unsigned>(
+      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kCopyThreads - 1) / kCopyThreads)));
+  return AddKernel(reinterpret_cast<void*>(CopyBytesKernel), blocks, kCopyThreads, params, graph,
+                   deps, num_deps, node);
 }
 
 Status AddMetadataCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
@@ -209,16 +210,10 @@ Status AddMetadataCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::
     return InvalidArgumentError("AddMetadataCopyNode: misaligned or inconsistent layout");
   }
   MetadataCopyArgs copy = args;
-  void* params[1] = {&copy};  // the node copies the argument at creation
-  cudaKernelNodeParams p{};
-  p.func = reinterpret_cast<void*>(CopyMetadataKernel);
-  p.gridDim = dim3(static_cast<unsigned>(args.capacity + 1));
-  p.blockDim = dim3(kCopyThreads);
-  p.sharedMemBytes = 0;
-  p.kernelParams = params;
-  p.extra = nullptr;
-  ATTNRT_CUDA_RETURN(cudaGraphAddKernelNode(node, graph, deps, num_deps, &p));
-  return Status::Ok();
+  void* params[1] = {&copy};
+  return AddKernel(reinterpret_cast<void*>(CopyMetadataKernel),
+                   static_cast<unsigned>(args.capacity + 1), kCopyThreads, params, graph, deps,
+                   num_deps, node);
 }
 
 Status AddGatherNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,

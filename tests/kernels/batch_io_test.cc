@@ -32,21 +32,27 @@ TEST(AddCopyNodeTest, UnalignedPointersAreRefusedNamingTheRule) {
   }
 }
 
+// Four rows of 8 blocks of 16 tokens: lengths and layers in [0, 32), the table in [32, 160),
+// five pointer arrays in [160, 320).
+MetadataCopyArgs FourRowLayout(const unsigned char* from, unsigned char* to) {
+  MetadataCopyArgs a;
+  a.from = from;
+  a.to = to;
+  a.head_bytes = 32;
+  a.kv_lengths = 0;
+  a.tables = 32;
+  a.tail = 160;
+  a.end = 320;
+  a.capacity = 4;
+  a.max_blocks = 8;
+  a.block_size = 16;
+  return a;
+}
+
 TEST(AddMetadataCopyNodeTest, InconsistentLayoutsAreRefused) {
   alignas(16) unsigned char from[512] = {};
   alignas(16) unsigned char to[512] = {};
-  MetadataCopyArgs good;
-  good.from = from;
-  good.to = to;
-  good.head_bytes = 32;
-  good.kv_lengths = 0;
-  good.tables = 32;
-  good.tail = 160;
-  good.end = 320;
-  good.capacity = 4;
-  good.max_blocks = 8;
-  good.block_size = 16;
-  std::vector<MetadataCopyArgs> bad(5, good);
+  std::vector<MetadataCopyArgs> bad(5, FourRowLayout(from, to));
   bad[0].from = from + 4;   // misaligned
   bad[1].tail = 144;        // the table runs past the tail
   bad[2].head_bytes = 8;    // the lengths run past the head
@@ -74,17 +80,7 @@ TEST(AddMetadataCopyNodeTest, CopiesTheWholeRegionsAndEachRowsNeededBlocks) {
   const std::int32_t lengths[4] = {0, 1, 17, 128};
   std::memcpy(host, lengths, sizeof lengths);
   ASSERT_EQ(cudaMemset(device, 0xA5, kBytes), cudaSuccess);
-  MetadataCopyArgs a;
-  a.from = host;
-  a.to = device;
-  a.head_bytes = 32;
-  a.kv_lengths = 0;
-  a.tables = 32;
-  a.tail = 160;
-  a.end = 320;
-  a.capacity = 4;
-  a.max_blocks = 8;
-  a.block_size = 16;
+  const MetadataCopyArgs a = FourRowLayout(host, device);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
   cudaGraphNode_t node = nullptr;
