@@ -224,9 +224,16 @@ std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
   }
   const auto cancelled = static_cast<std::int64_t>(selected_.size() - records.size());
   if (records.empty()) return cancelled;
+  // The first part opens the batch under dispatch_mu_ (waiting out a Decode running inline);
+  // the later parts and the close run without it: the open batch holds the executor's
+  // submission lock, which keeps Decode's Run out anyway (and Decode never starts one inline
+  // while parts are out: they count in the depth). Taking dispatch_mu_ under that lock would
+  // invert the order Decode takes them in.
   Status status;
-  {
+  if (open_ == nullptr) {
     MutexLock dispatch(&dispatch_mu_);
+    status = executor_->SubmitPart(std::move(part));
+  } else {
     status = executor_->SubmitPart(std::move(part));
   }
   if (!status.ok()) {  // never expected: the scheduler sizes its parts within the batch
@@ -249,8 +256,9 @@ std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
 }
 
 void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
+  const bool in_parts = open_ != nullptr;  // closes a batch handed over in parts
   std::unique_ptr<InFlightBatch> batch_state =
-      open_ != nullptr ? std::move(open_) : std::make_unique<InFlightBatch>();
+      in_parts ? std::move(open_) : std::make_unique<InFlightBatch>();
   open_oldest_ns_ = kNever;
   runtime::Batch batch;
   batch.requests.reserve(selected_.size());
@@ -277,12 +285,13 @@ void Scheduler::Impl::Launch(ClockNanos now, ClockNanos oldest_wait) {
   in_flight_.fetch_add(1, std::memory_order_acq_rel);
   metrics_.in_flight_requests.fetch_add(size, std::memory_order_relaxed);
   InFlightBatch* raw = batch_state.get();
+  auto done = [this, raw](std::vector<Status> per) { OnBatchDone(raw, std::move(per)); };
   Status status;
-  {
+  if (in_parts) {  // without dispatch_mu_: see HandOverPart
+    status = executor_->Submit(std::move(batch), std::move(done));
+  } else {
     MutexLock dispatch(&dispatch_mu_);  // waits out a Decode running inline
-    status = executor_->Submit(std::move(batch), [this, raw](std::vector<Status> per) {
-      OnBatchDone(raw, std::move(per));
-    });
+    status = executor_->Submit(std::move(batch), std::move(done));
   }
   if (status.ok()) {
     batch_state.release();  // owned by the done callback now

@@ -422,6 +422,7 @@ class Scheduler::Impl final : public ClockListener {
 
   // Held around every call into the executor's batch path: the batching thread's Submit and
   // Decode's inline Run, which takes it only when it is free and nothing is queued or in flight.
+  // A batch handed over in parts takes it for its first part only (HandOverPart).
   alignas(64) Mutex dispatch_mu_;
 
   // Batching thread only.
