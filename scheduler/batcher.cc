@@ -149,7 +149,10 @@ std::int64_t Scheduler::Impl::DispatchReady(ClockNanos now, bool flush) {
                     window_.max_batch_size());
     int size = window_.DispatchSize(parted + static_cast<int>(selected_.size()), oldest_wait,
                                     flush);
-    if (size == 0) break;
+    if (size == 0) {  // (duplicates of the parts' pairs held the bucket back)
+      if (parted > 0) pending_.Unselect(selected_.size());  // they stay free to join later
+      break;
+    }
     size = std::max(size, parted);  // a batch handed over in parts dispatches whole
     selected_.resize(static_cast<std::size_t>(size - parted));
     left += size;

@@ -1154,6 +1154,28 @@ TEST_F(SchedulerTest, PartsNeverTakeASequenceAndLayerTwice) {
   EXPECT_EQ(executor_->duplicate_key_batches(), 0);
 }
 
+// A request that could not fill the bucket because the others pending duplicate the parts'
+// pairs still joins the batch: the next distinct request fills the bucket with it.
+TEST_F(SchedulerTest, ARequestHeldBackByDuplicatesStillJoinsTheBatch) {
+  Make(PartOptions(2), PartsExecutor());
+  std::vector<ResultFuture> f;
+  for (int i = 0; i < 6; ++i) f.push_back(SubmitOk(Request(i, i)));
+  scheduler_->SyncForTesting();
+  ASSERT_EQ(executor_->parts().size(), 3u);  // sequences 0-5 handed over
+  f.push_back(SubmitOk(Request(6, 0)));  // sequence 0 again: waits for a later batch
+  f.push_back(SubmitOk(Request(7, 6)));  // distinct, but 7 of 8: the bucket is not full
+  scheduler_->SyncForTesting();
+  EXPECT_EQ(executor_->submitted_batches(), 0);
+  f.push_back(SubmitOk(Request(8, 7)));  // the eighth distinct pair
+  scheduler_->SyncForTesting();
+  ASSERT_GE(executor_->submitted_batches(), 1);
+  EXPECT_EQ(BatchTags()[0], (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 7, 8}));
+  clock_.Advance(microseconds(100));
+  scheduler_->SyncForTesting();
+  for (auto& x : f) EXPECT_TRUE(Get(x).status.ok());
+  EXPECT_EQ(executor_->duplicate_key_batches(), 0);
+}
+
 // Drain dispatches a batch open in parts at once; Shutdown runs one (its requests are
 // dispatched), failing only the requests still pending.
 TEST_F(SchedulerTest, DrainAndShutdownCloseABatchOpenInParts) {
