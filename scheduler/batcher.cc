@@ -129,18 +129,17 @@ std::int64_t Scheduler::Impl::DispatchReady(ClockNanos now, bool flush) {
   std::int64_t left = 0;
   const int min_preferred = window_.preferred_sizes().front();
   while (WaitingForBatch() && in_flight_.load(std::memory_order_acquire) < max_in_flight_) {
-    const int parted = open_ != nullptr ? static_cast<int>(open_->records.size()) : 0;
+    const int parted = Parted();
     const ClockNanos oldest_wait = now - OldestWaitingNs();
     const bool window_expired = flush || oldest_wait >= window_.max_queue_delay_ns();
     const int waiting = parted + static_cast<int>(pending_.size());
     if (!window_expired && waiting < min_preferred) {
       // Not closing yet: hand what has come over in parts while the batch forms.
       while (part_size_ > 0 && static_cast<int>(pending_.size()) >= part_size_ &&
-             (open_ == nullptr ? 0 : static_cast<int>(open_->records.size())) + part_size_ <
-                 min_preferred) {
-        const std::size_t before = open_ != nullptr ? open_->records.size() : 0;
+             Parted() + part_size_ < min_preferred) {
+        const int before = Parted();
         left += HandOverPart(now);
-        if ((open_ != nullptr ? open_->records.size() : 0) == before) break;  // none could join
+        if (Parted() == before) break;  // none could join
       }
       break;
     }
@@ -206,9 +205,8 @@ bool Scheduler::Impl::TakeForExecutor(RequestRecord* record, runtime::BatchReque
 }
 
 std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
-  const int parted = open_ != nullptr ? static_cast<int>(open_->records.size()) : 0;
   selected_.clear();
-  pending_.Select(part_size_, &selected_, parted > 0, window_.max_batch_size());
+  pending_.Select(part_size_, &selected_, Parted() > 0, window_.max_batch_size());
   if (static_cast<int>(selected_.size()) < part_size_) {  // duplicates hold the rest back
     pending_.Unselect(selected_.size());
     return 0;
@@ -216,17 +214,17 @@ std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
   runtime::Batch part;
   part.requests.reserve(selected_.size());
   queue_delays_.clear();
-  std::vector<RequestRecord*> records;
-  records.reserve(selected_.size());
+  std::size_t taken = 0;  // selected_ keeps the requests taken (the cancelled are finished)
   for (RequestRecord* record : selected_) {
     runtime::BatchRequest r;
     if (!TakeForExecutor(record, &r)) continue;
     part.requests.push_back(r);
-    records.push_back(record);
+    selected_[taken++] = record;
     queue_delays_.push_back(QueueDelayNs(now, *record));
   }
-  const auto cancelled = static_cast<std::int64_t>(selected_.size() - records.size());
-  if (records.empty()) return cancelled;
+  const auto cancelled = static_cast<std::int64_t>(selected_.size() - taken);
+  selected_.resize(taken);
+  if (taken == 0) return cancelled;
   // The first part opens the batch under dispatch_mu_ (waiting out a Decode running inline);
   // the later parts and the close run without it: the open batch holds the executor's
   // submission lock, which keeps Decode's Run out anyway (and Decode never starts one inline
@@ -240,10 +238,9 @@ std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
     status = executor_->SubmitPart(std::move(part));
   }
   if (!status.ok()) {  // never expected: the scheduler sizes its parts within the batch
-    Logger().error("scheduler: executor refused a part of {}: {}", records.size(),
-                   status.ToString());
-    for (RequestRecord* record : records) finished_.emplace_back(record, status);
-    return cancelled + static_cast<std::int64_t>(records.size());
+    Logger().error("scheduler: executor refused a part of {}: {}", taken, status.ToString());
+    for (RequestRecord* record : selected_) finished_.emplace_back(record, status);
+    return cancelled + static_cast<std::int64_t>(taken);
   }
   metrics_.queue_delay_ns.RecordAll(queue_delays_);
   if (open_ == nullptr) {
@@ -251,7 +248,7 @@ std::int64_t Scheduler::Impl::HandOverPart(ClockNanos now) {
     open_->records.reserve(static_cast<std::size_t>(window_.max_batch_size()));
     open_oldest_ns_ = kNever;
   }
-  for (RequestRecord* record : records) {
+  for (RequestRecord* record : selected_) {
     open_->records.push_back(record);
     open_oldest_ns_ = std::min(open_oldest_ns_, record->submit_ns);
   }
@@ -388,9 +385,8 @@ void Scheduler::Impl::Sleep(ClockNanos now, bool closing, BatcherPass* pass) {
   } else if (can_dispatch && part_size_ > 0) {
     // The next part's worth of new requests, or the full batch (the queue's depth counts the
     // parts handed over until their batch closes).
-    const std::int64_t parted = open_ != nullptr ? static_cast<std::int64_t>(open_->records.size()) : 0;
     wake_depth_.store(std::min<std::int64_t>(window_.preferred_sizes().front(),
-                                             parted + static_cast<std::int64_t>(pending_.size()) +
+                                             Parted() + static_cast<std::int64_t>(pending_.size()) +
                                                  part_size_),
                       std::memory_order_relaxed);
   } else if (can_dispatch) {

@@ -268,6 +268,8 @@ class Scheduler::Impl final : public ClockListener {
     return std::min(pending_.OldestSubmitNs(), open_oldest_ns_);
   }
   bool WaitingForBatch() const { return !pending_.empty() || open_ != nullptr; }
+  // Requests handed over in parts of the batch being formed.
+  int Parted() const { return open_ != nullptr ? static_cast<int>(open_->records.size()) : 0; }
   // Submit -> dispatch at `now`, the pass's start: a request taken in the same pass may have
   // been submitted after it (0 then, not a negative wrapped to 2^64).
   static std::uint64_t QueueDelayNs(ClockNanos now, const RequestRecord& record) {
