@@ -137,6 +137,24 @@ struct DecodeRunContext {
   // Plans with uses_cublas only. The run binds the handle to `stream` and to the plan's slice
   // of the workspace on every call, so the handle must not be used concurrently elsewhere.
   cublasHandle_t cublas = nullptr;
+  // Profiling only (bench/kernels_cta_trace_bench): where the tensor-core split-KV kernel's
+  // CTAs stamp their phases, kCtaTracePoints slots a CTA in grid order (x fastest); null (every
+  // production run): nothing is stamped. Other kernels ignore it.
+  unsigned long long* cta_trace = nullptr;
+};
+
+// The slots of a CTA in DecodeRunContext::cta_trace: %globaltimer (ns) when thread 0 reached
+// each phase (0 where it never did: a CTA without work stamps kCtaExit only), and the SM it ran on.
+enum CtaTracePoint : int {
+  kCtaEntry,              // the kernel began
+  kCtaPrerequisitesDone,  // griddepcontrol.wait returned (the earlier grids are complete)
+  kCtaLengthRead,         // the row's length arrived and its split was worked out
+  kCtaFirstTile,          // warp 0's first K/V tile is in shared memory
+  kCtaLoopsDone,          // every warp left its main loop (the CTA's barrier)
+  kCtaStored,             // the output or the split's partial is stored
+  kCtaExit,               // after the cross-split merge (the last split of a row does it)
+  kCtaSm,                 // %smid
+  kCtaTracePoints
 };
 
 // One decode path. Every path has the same plan and run signatures; a new one adds its plan,

@@ -226,6 +226,7 @@ struct SplitKvParams : PagedDecodeParams {
   const std::uint64_t* k_rows;  // DecodeBatchView::k_rows / v_rows (null: k_new, v_new)
   const std::uint64_t* v_rows;
   int fuse_append;     // 1: the kernel also appends k_new/v_new (tensor-core family only)
+  unsigned long long* cta_trace;  // DecodeRunContext::cta_trace (profiling; null in production)
 };
 
 // One decode kernel of a family: its entry point and launch geometry (fn null if not built).

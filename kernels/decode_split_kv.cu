@@ -97,6 +97,22 @@ __device__ __forceinline__ int Fp8TileOffset(int r, int c) {
   return r * kHeadDim + ((c ^ f) << 4);
 }
 
+// Profiling (SplitKvParams::cta_trace, null in production): thread 0 stamps %globaltimer into
+// its CTA's slot `point` once `after` (a value the phase produced) is available.
+__device__ __forceinline__ void StampCta(unsigned long long* trace, CtaTracePoint point,
+                                         int after = 0) {
+  if (trace == nullptr || threadIdx.x != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(after) : "memory");
+  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  trace[cta * kCtaTracePoints + point] = t;
+  if (point == kCtaEntry) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    trace[cta * kCtaTracePoints + kCtaSm] = sm;
+  }
+}
+
 // kWarps warps per CTA (the launch configuration study 4 sweeps): the CTA consumes
 // 16 * kWarps tokens per pipeline step. kFp8: the pools hold E4M3 codes (SplitKvParams::kv_scales)
 // and the mma fragments are built in registers from the code tile, with no FP16 copy in shared
@@ -118,16 +134,25 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   constexpr int kCtaTokens = kWarps * kWarpTokens;
   extern __shared__ uint4 tc_smem[];
 
+  StampCta(p.cta_trace, kCtaEntry);
   WaitForPrerequisiteGrids();  // lengths, tables, q and the appended K/V come from earlier work
   AllowDependentLaunch();
+  StampCta(p.cta_trace, kCtaPrerequisitesDone);
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int batch_row = blockIdx.z;
   const int len = p.kv_lengths[batch_row];
   const int layer = p.layers[batch_row];  // issued with the length: one memory round trip, not two
-  if (len <= 0) return;  // padding
+  if (len <= 0) {  // padding
+    StampCta(p.cta_trace, kCtaExit);
+    return;
+  }
   const RowSplit ss = SplitRow(len, p.plan);
-  if (split >= ss.num_splits) return;  // this row needs fewer splits than the grid has
+  if (split >= ss.num_splits) {  // this row needs fewer splits than the grid has
+    StampCta(p.cta_trace, kCtaExit);
+    return;
+  }
+  StampCta(p.cta_trace, kCtaLengthRead, ss.num_splits + layer);
   // Fused append: the last split of each (batch row, kv head) stores the new token's K/V into its
   // page and takes that token from k_new/v_new (so it never reads the page it writes).
   const int append_tok = (p.fuse_append && split == ss.num_splits - 1) ? len - 1 : -1;
@@ -322,6 +347,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     block = load_block(j + kTcStages);
     CpAsyncWait<kTcStages - 1>();
     __syncwarp();  // the other lanes' copies of tile j are visible
+    if (j == 0) StampCta(p.cta_trace, kCtaFirstTile);
     const Half* ks = ring + (j % kTcStages) * 2 * kTileHalves;
     const Half* vs = ks + kTileHalves;
     const std::uint8_t* kc = code_ring + (j % kTcStages) * 2 * kTileHalves;
@@ -495,6 +521,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
                     static_cast<std::size_t>(TcSmemBytes<kHeadDim, kWarps, kFp8>()),
                 "reduction scratch must fit in the rings");
   __syncthreads();
+  StampCta(p.cta_trace, kCtaLoopsDone);
   float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][D]
   float* red_ml = red_o + kWarps * kMaxHeadsPerKv * kHeadDim;     // [warp][head][2]
 #pragma unroll
@@ -525,7 +552,9 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
         static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group + h;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
+  StampCta(p.cta_trace, kCtaStored);
   MergeSplitsIfLast<kHeadDim>(p, batch_row, kv_head, p.group, ss.num_splits);
+  StampCta(p.cta_trace, kCtaExit);
 }
 
 template <int kHeadDim, int kWarps, bool kFp8 = false>

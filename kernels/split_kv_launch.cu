@@ -236,6 +236,7 @@ Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const Kv
   p.k_rows = batch.k_rows;
   p.v_rows = batch.v_rows;
   p.fuse_append = plan.fuses_append ? 1 : 0;
+  p.cta_trace = context.cta_trace;
   const WorkspaceLayout layout =
       Layout(plan.shape, plan.capacity, plan.split_kv, plan.device.sm_count);
   if (layout.total() > 0) {
