@@ -153,6 +153,43 @@ __device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std
   }
 }
 
+// The merge of a row's split partials (normalised outputs `out[split * stride]`, LSEs
+// `lse[split]` in log2 units, stored by other CTAs: read from L2 with __ldcg), kChunk splits'
+// loads in flight at once: a rolled loop over the splits waited for each load in turn, two L2
+// round trips a split (the merging split's tail was 2 us at 4 splits and 4.9 us at 16 on the
+// H200: bench/NOTES.md, "the split merge's tail"). Within a chunk as MergeAttentionStates (max
+// first, then the weighted sums in split order); chunks after the first rescale what came
+// before by 2^(M_old - M_new), so up to kChunk splits the result is MergeAttentionStates's.
+template <int kChunk>
+__device__ __forceinline__ AttentionState<float> MergeSplitPartials(const float* lse,
+                                                                    const float* out,
+                                                                    int stride, int num_splits) {
+  AttentionState<float> merged{kNoScore, 0.0f, 0.0f};
+  for (int first = 0; first < num_splits; first += kChunk) {
+    float part_lse[kChunk], part_out[kChunk];
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const bool live = first + i < num_splits;
+      part_lse[i] = live ? __ldcg(lse + first + i) : kNoScore;
+      part_out[i] = live ? __ldcg(out + static_cast<std::int64_t>(first + i) * stride) : 0.0f;
+    }
+    float m = merged.m;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) m = fmaxf(m, part_lse[i]);
+    const float rescale = exp2f(merged.m - m);  // 0 for the first chunk (merged.m = kNoScore)
+    merged.l *= rescale;
+    merged.acc *= rescale;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const float w = exp2f(part_lse[i] - m);  // 0 past num_splits
+      merged.l += w;
+      merged.acc += part_out[i] * w;
+    }
+    merged.m = m;
+  }
+  return merged;
+}
+
 // The cross-split merge of both split-KV families, in the decode kernel itself (no merge
 // kernel): after a CTA stored its partials (StoreOutputOrPartial), it counts itself in at its
 // (batch row, kv head)'s counter; the CTA that arrives last merges the `group` q heads' partials
@@ -180,11 +217,8 @@ __device__ __forceinline__ void MergeSplitsIfLast(const SplitKvParams& p, int ba
     const int d = idx % kHeadDim;
     const float* lse = p.partial_lse + row * p.plan.max_splits;
     const float* out = p.partial_out + row * p.plan.max_splits * kHeadDim + d;
-    // A split's partial is already normalised (its l is 1). __ldcg: from L2, where the other
-    // CTAs' stores are, never from this SM's L1.
-    const AttentionState<float> s = MergeAttentionStates<float>(
-        num_splits, [&](int split) { return __ldcg(lse + split); }, [](int) { return 1.0f; },
-        [&](int split) { return __ldcg(out + split * kHeadDim); });
+    // A split's partial is already normalised (its l is 1).
+    const AttentionState<float> s = MergeSplitPartials<8>(lse, out, kHeadDim, num_splits);
     StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(OutOfRow<kHeadDim>(p, row),
                                                        LseOfRow(p, row), d, s);
   }
