@@ -2,10 +2,12 @@
 // (kernels::CtaTracePoint: entry, prerequisites done, length read, first tile, loops done,
 // stored, exit) into DecodeRunContext::cta_trace, the runs are replayed back to back as in the
 // decode benchmark (one CUDA graph of --steps runs cycling over input sets larger than L2), and
-// this prints, per context: the step time (events, median of replays), the kernel's span
-// (first entry to last exit), the gap between one run's last exit and the next one's first
-// entry, each phase's median over CTAs, the spread of the CTAs' loop ends, and what the last
-// split of a row spends merging. The floor beside it: the step's K/V bytes at the read ceiling
+// this prints, per context: the step time (events, median of replays), the run's span (its
+// first CTA released from griddepcontrol.wait to its last exit; the runs are launched with
+// programmatic dependent launch, so CTAs of a run are resident and parked before the previous
+// run ends), the release (the previous run's last exit to this run's first release), each
+// phase's median over CTAs, the spread of the CTAs' loop ends, and what the last split of a row
+// spends merging. The floor beside it: the step's K/V bytes at the read ceiling
 // measured in the same process. Small batches are the point (issue 12: B=1 is start and tail).
 #include <cuda_runtime.h>
 
@@ -63,14 +65,14 @@ struct TraceSummary {
   std::string config;  // "tuned" or warps:ctas_per_sm:min_split_tokens
   int grid_ctas = 0, working_ctas = 0, splits = 0;
   double step_us = 0, floor_us = 0;
-  double span_us = 0, gap_us = 0;  // medians over the traced runs
-  // Phase medians over the working CTAs of every traced run, us: from the run's first entry to
-  // the CTA's entry; entry -> prerequisites; -> length; -> first tile; -> loops done; -> stored;
-  // stored -> exit (the merging CTA and the others apart).
-  double entry_us = 0, wait_us = 0, length_us = 0, first_tile_us = 0, loops_us = 0,
+  double span_us = 0, release_us = 0;  // medians over the traced runs
+  // Phase medians over the working CTAs of every traced run, us: from the run's first release
+  // to the CTA's; entry -> release (parked); release -> length; -> first tile; -> loops done;
+  // -> stored; stored -> exit (the merging CTA and the others apart).
+  double released_us = 0, parked_us = 0, length_us = 0, first_tile_us = 0, loops_us = 0,
          store_us = 0, exit_us = 0, merge_us = 0;
-  double loops_done_p10_us = 0, loops_done_p50_us = 0, loops_done_max_us = 0;  // from first entry
-  double last_stored_us = 0;  // from first entry, the run's latest stored
+  double loops_done_p10_us = 0, loops_done_p50_us = 0, loops_done_max_us = 0;  // from release
+  double last_stored_us = 0;  // from the first release, the run's latest stored
 };
 
 std::string Format(double x) {
@@ -153,19 +155,21 @@ TraceSummary TraceOne(const Options& o, int context, const kernels::DecodePlan& 
   s.splits = static_cast<int>(grid.x);
   s.step_us = Median(per_step);
   s.floor_us = sets[0]->step_bytes() / read_bps * 1e6;
-  std::vector<double> span, gap, entry, wait, length, first, loops, store, exit_other, merge,
+  std::vector<double> span, release, released, parked, length, first, loops, store, exit_other, merge,
       done_p10, done_p50, done_max, last_stored;
   unsigned long long prev_end = 0;
   // Run 0 follows the memset, not a run: its entry is not a back-to-back start; skipped.
   for (int i = 0; i < steps; ++i) {
     const unsigned long long* r =
         t.data() + static_cast<std::size_t>(i) * ctas * kernels::kCtaTracePoints;
-    unsigned long long first_entry = ~0ull, last_exit = 0, latest_stored = 0;
+    unsigned long long first_release = ~0ull, last_exit = 0, latest_stored = 0;
     std::vector<double> done;
     int working = 0;
     for (int c = 0; c < ctas; ++c) {
       const unsigned long long* p = r + static_cast<std::size_t>(c) * kernels::kCtaTracePoints;
-      if (p[kernels::kCtaEntry] != 0) first_entry = std::min(first_entry, p[kernels::kCtaEntry]);
+      if (p[kernels::kCtaPrerequisitesDone] != 0) {
+        first_release = std::min(first_release, p[kernels::kCtaPrerequisitesDone]);
+      }
       last_exit = std::max(last_exit, p[kernels::kCtaExit]);
     }
     // The split of a (row, kv head) that stored last is the one that merged the row (the grid's
@@ -187,35 +191,35 @@ TraceSummary TraceOne(const Options& o, int context, const kernels::DecodePlan& 
       ++working;
       auto us = [](unsigned long long a, unsigned long long b) { return (double(b) - double(a)) / 1e3; };
       if (i > 0) {
-        entry.push_back(us(first_entry, p[kernels::kCtaEntry]));
-        wait.push_back(us(p[kernels::kCtaEntry], p[kernels::kCtaPrerequisitesDone]));
+        released.push_back(us(first_release, p[kernels::kCtaPrerequisitesDone]));
+        parked.push_back(us(p[kernels::kCtaEntry], p[kernels::kCtaPrerequisitesDone]));
         length.push_back(us(p[kernels::kCtaPrerequisitesDone], p[kernels::kCtaLengthRead]));
         first.push_back(us(p[kernels::kCtaLengthRead], p[kernels::kCtaFirstTile]));
         loops.push_back(us(p[kernels::kCtaFirstTile], p[kernels::kCtaLoopsDone]));
         store.push_back(us(p[kernels::kCtaLoopsDone], p[kernels::kCtaStored]));
         const double tail = us(p[kernels::kCtaStored], p[kernels::kCtaExit]);
         (merging[c] ? merge : exit_other).push_back(tail);
-        done.push_back(us(first_entry, p[kernels::kCtaLoopsDone]));
+        done.push_back(us(first_release, p[kernels::kCtaLoopsDone]));
       }
       latest_stored = std::max(latest_stored, p[kernels::kCtaStored]);
     }
     s.working_ctas = working;
     if (i > 0) {
-      span.push_back((double(last_exit) - double(first_entry)) / 1e3);
-      gap.push_back((double(first_entry) - double(prev_end)) / 1e3);
+      span.push_back((double(last_exit) - double(first_release)) / 1e3);
+      release.push_back((double(first_release) - double(prev_end)) / 1e3);
       std::sort(done.begin(), done.end());
       done_p10.push_back(tools::PercentileOfSorted(done, 0.1));
       done_p50.push_back(tools::PercentileOfSorted(done, 0.5));
       done_max.push_back(done.back());
-      last_stored.push_back((double(latest_stored) - double(first_entry)) / 1e3);
+      last_stored.push_back((double(latest_stored) - double(first_release)) / 1e3);
     }
     prev_end = last_exit;
   }
   auto med = [](const std::vector<double>& v) { return v.empty() ? 0.0 : Median(v); };
   s.span_us = med(span);
-  s.gap_us = med(gap);
-  s.entry_us = med(entry);
-  s.wait_us = med(wait);
+  s.release_us = med(release);
+  s.released_us = med(released);
+  s.parked_us = med(parked);
   s.length_us = med(length);
   s.first_tile_us = med(first);
   s.loops_us = med(loops);
@@ -234,9 +238,10 @@ int Run(int argc, char** argv) {
   tools::FlagSet flags(
       "kernels_cta_trace_bench",
       "Where a split-KV decode step's time goes, CTA by CTA (the tensor-core kernel's phase\n"
-      "stamps, DecodeRunContext::cta_trace): step time, kernel span, the gap between runs, each\n"
-      "phase's median, the spread of the CTAs' loop ends, the merging split's tail; beside the\n"
-      "step's bytes at the read ceiling measured in the same process. Needs a GPU.");
+      "stamps, DecodeRunContext::cta_trace): step time, a run's span from its first CTA's\n"
+      "release, the release after the previous run's end, each phase's median, the spread of the\n"
+      "CTAs' loop ends, the merging split's tail; beside the step's bytes at the read ceiling\n"
+      "measured in the same process. Needs a GPU.");
   flags.Int("--batch", &o.batch, "batch rows, every one at the context", 1, 4096);
   flags.Int("--q-heads", &o.q_heads, "query heads", 1, 256);
   flags.Int("--kv-heads", &o.kv_heads, "KV heads", 1, 256);
@@ -306,12 +311,12 @@ int Run(int argc, char** argv) {
       const TraceSummary s = TraceOne(o, context, plan, name, *read_bps, stream);
       std::printf(
           "B=%d H=%d/%d D=%d T=%d %s (warps %d, grid %d CTAs, %d working, %d splits): step %.2f us "
-          "(floor %.2f, %.3fx), span %.2f, gap %.2f | from the first entry: entry %.2f; then "
-          "wait %.2f, length %.2f, first tile %.2f, loops %.2f, store %.2f, exit %.2f, merging "
-          "split %.2f | loops done p10 %.2f p50 %.2f max %.2f, last stored %.2f\n",
+          "(floor %.2f, %.3fx), span %.2f, release %.2f | a CTA: released %.2f after the first "
+          "(parked %.2f), then length %.2f, first tile %.2f, loops %.2f, store %.2f, exit %.2f, "
+          "merging split %.2f | loops done p10 %.2f p50 %.2f max %.2f, last stored %.2f\n",
           o.batch, o.q_heads, o.kv_heads, o.head_dim, context, name.c_str(),
           plan.split_kv_config.warps, s.grid_ctas, s.working_ctas, s.splits, s.step_us,
-          s.floor_us, s.step_us / s.floor_us, s.span_us, s.gap_us, s.entry_us, s.wait_us,
+          s.floor_us, s.step_us / s.floor_us, s.span_us, s.release_us, s.released_us, s.parked_us,
           s.length_us, s.first_tile_us, s.loops_us, s.store_us, s.exit_us, s.merge_us,
           s.loops_done_p10_us, s.loops_done_p50_us, s.loops_done_max_us, s.last_stored_us);
       std::fflush(stdout);
@@ -333,15 +338,15 @@ int Run(int argc, char** argv) {
       const TraceSummary& s = all[i];
       std::fprintf(f,
                    "%s\n {\"context\": %d, \"config\": \"%s\", \"grid_ctas\": %d, \"working_ctas\": %d, "
-                   "\"splits\": %d, \"step_us\": %s, \"floor_us\": %s, \"span_us\": %s, \"gap_us\": %s, "
-                   "\"entry_us\": %s, \"wait_us\": %s, \"length_us\": %s, \"first_tile_us\": %s, "
+                   "\"splits\": %d, \"step_us\": %s, \"floor_us\": %s, \"span_us\": %s, \"release_us\": %s, "
+                   "\"released_us\": %s, \"parked_us\": %s, \"length_us\": %s, \"first_tile_us\": %s, "
                    "\"loops_us\": %s, \"store_us\": %s, \"exit_us\": %s, \"merge_us\": %s, "
                    "\"loops_done_p10_us\": %s, \"loops_done_p50_us\": %s, \"loops_done_max_us\": %s, "
                    "\"last_stored_us\": %s}",
                    i == 0 ? "" : ",", s.context, s.config.c_str(), s.grid_ctas, s.working_ctas,
                    s.splits, Format(s.step_us).c_str(), Format(s.floor_us).c_str(),
-                   Format(s.span_us).c_str(), Format(s.gap_us).c_str(), Format(s.entry_us).c_str(),
-                   Format(s.wait_us).c_str(), Format(s.length_us).c_str(),
+                   Format(s.span_us).c_str(), Format(s.release_us).c_str(),
+                   Format(s.released_us).c_str(), Format(s.parked_us).c_str(), Format(s.length_us).c_str(),
                    Format(s.first_tile_us).c_str(), Format(s.loops_us).c_str(),
                    Format(s.store_us).c_str(), Format(s.exit_us).c_str(),
                    Format(s.merge_us).c_str(), Format(s.loops_done_p10_us).c_str(),

@@ -516,25 +516,34 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
-  // Merge the warps through shared memory (the rings, now idle).
-  static_assert(sizeof(float) * kWarps * kMaxHeadsPerKv * (kHeadDim + 2) <=
+  // Merge the warps through shared memory (the rings, now idle). A head's row is padded by 4
+  // floats: the lanes t = 0..3 of a group store heads 2t, 2t+1 at one d, 8t banks apart (with
+  // rows of kHeadDim they hit one bank, four-way). Heads past the group (the mma's zero padding)
+  // are not stored: at G = 1 one lane in four stores, and the merge never reads them.
+  constexpr int kRedStride = kHeadDim + 4;
+  static_assert(sizeof(float) * kWarps * kMaxHeadsPerKv * (kRedStride + 2) <=
                     static_cast<std::size_t>(TcSmemBytes<kHeadDim, kWarps, kFp8>()),
                 "reduction scratch must fit in the rings");
   __syncthreads();
   StampCta(p.cta_trace, kCtaLoopsDone);
-  float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][D]
-  float* red_ml = red_o + kWarps * kMaxHeadsPerKv * kHeadDim;     // [warp][head][2]
+  float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][kRedStride]
+  float* red_ml = red_o + kWarps * kMaxHeadsPerKv * kRedStride;   // [warp][head][2]
+  const bool store_h0 = 2 * t < p.group, store_h1 = 2 * t + 1 < p.group;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
     // O^T rows g and g+8 of m-tile mt: d and d + 8 (FP8, permuted: g*D/8 + 2mt and + 1).
     const int d = kFp8 ? g * (kHeadDim / 8) + 2 * mt : mt * 16 + g;
     const int d_hi = kFp8 ? d + 1 : d + 8;
-    float* h0 = red_o + (warp * kMaxHeadsPerKv + 2 * t) * kHeadDim;
-    float* h1 = h0 + kHeadDim;
-    h0[d] = o[mt][0];
-    h1[d] = o[mt][1];
-    h0[d_hi] = o[mt][2];
-    h1[d_hi] = o[mt][3];
+    float* h0 = red_o + (warp * kMaxHeadsPerKv + 2 * t) * kRedStride;
+    float* h1 = h0 + kRedStride;
+    if (store_h0) {
+      h0[d] = o[mt][0];
+      h0[d_hi] = o[mt][2];
+    }
+    if (store_h1) {
+      h1[d] = o[mt][1];
+      h1[d_hi] = o[mt][3];
+    }
   }
   if (t == 0) {
     red_ml[(warp * kMaxHeadsPerKv + g) * 2] = m;
@@ -547,7 +556,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     const AttentionState<float> s = MergeAttentionStates<float>(
         kWarps, [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2]; },
         [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1]; },
-        [&](int w) { return red_o[(w * kMaxHeadsPerKv + h) * kHeadDim + d]; });
+        [&](int w) { return red_o[(w * kMaxHeadsPerKv + h) * kRedStride + d]; });
     const std::int64_t row =
         static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group + h;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
