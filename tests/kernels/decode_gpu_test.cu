@@ -658,6 +658,73 @@ TEST(TunedLaunchTableTest, DefaultVariantPlansTheRowsFamily) {
 
 // ---- Split path coverage: the edge-case shapes really take both paths in split_kv -------------
 
+// The profiling stamps (DecodeRunContext::cta_trace, bench/kernels_cta_trace_bench): a traced
+// run still matches the reference; every CTA with work stamps every phase, in order, on a real
+// SM; a CTA without work (a padding row, a split past its row's) stamps its entry, its release
+// and its exit only.
+TEST(CtaTraceTest, StampsEveryPhaseInOrderAndLeavesTheResultAlone) {
+  SKIP_WITHOUT_GPU();
+  const ModelShape shape = DecodeShape(8, 2, 128, 16, 2, 4096);
+  const std::vector<int> lengths = {3001, 0, 17, 1500};  // and a padding row at the end
+  PagedBatchOptions opt;
+  opt.seed = 23;
+  opt.capacity = static_cast<int>(lengths.size()) + 1;
+  const PagedBatch host = MakePagedBatch(shape, lengths, opt);
+  const Expected expected = ReferenceOf(host);
+  DevicePagedBatch dev;
+  ASSERT_OK(dev.Upload(host));
+  // Short splits, so that rows split many ways and the grid has splits without work.
+  const CaseLaunch launch = ConfigCase({.warps = 4, .ctas_per_sm = 16, .min_split_tokens = 128});
+  const StatusOr<DecodePlan> plan = launch.Plan(shape, host.capacity, AppendMode::kByPlan);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_GT(plan->split_kv.max_splits, 4);
+  DeviceArray<char> ws_storage;
+  DecodeWorkspace ws;
+  ASSERT_OK(testing::MakePoisonedWorkspace(*plan, &ws_storage, &ws));
+  const dim3 grid = plan->decode.grid;
+  const std::size_t ctas = static_cast<std::size_t>(grid.x) * grid.y * grid.z;
+  DeviceArray<unsigned long long> trace;
+  const std::vector<unsigned long long> zeros(ctas * kCtaTracePoints, 0);
+  ASSERT_OK(trace.Upload(zeros));
+  DecodeRunContext context;
+  context.cta_trace = trace.get();
+  ASSERT_OK(launch.variant->run(*plan, dev.view(), dev.pools(), ws, context));
+  ASSERT_OK(CudaStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__));
+  CheckAgainst(expected, dev, "traced run");
+
+  std::vector<unsigned long long> stamps(zeros.size());
+  ASSERT_OK(trace.Download(stamps));
+  cudaDeviceProp props{};
+  ASSERT_EQ(cudaGetDeviceProperties(&props, plan->device.ordinal), cudaSuccess);
+  int working = 0, idle = 0;
+  for (std::size_t c = 0; c < ctas; ++c) {
+    const int split = static_cast<int>(c % grid.x);
+    const int row = static_cast<int>(c / (static_cast<std::size_t>(grid.x) * grid.y));
+    const int len = row < static_cast<int>(lengths.size()) ? lengths[row] : 0;
+    const bool works = len > 0 && split < SplitRow(len, plan->split_kv).num_splits;
+    const unsigned long long* t = stamps.data() + c * kCtaTracePoints;
+    SCOPED_TRACE("CTA " + std::to_string(c) + " (row " + std::to_string(row) + ", split " +
+                 std::to_string(split) + ")");
+    EXPECT_LT(t[kCtaSm], static_cast<unsigned long long>(props.multiProcessorCount));
+    EXPECT_NE(t[kCtaEntry], 0u);
+    EXPECT_LE(t[kCtaEntry], t[kCtaPrerequisitesDone]);
+    if (works) {
+      ++working;
+      for (int point = kCtaPrerequisitesDone; point < kCtaExit; ++point) {
+        EXPECT_LE(t[point], t[point + 1]) << "phase " << point;
+      }
+    } else {
+      ++idle;
+      for (int point : {kCtaLengthRead, kCtaFirstTile, kCtaLoopsDone, kCtaStored}) {
+        EXPECT_EQ(t[point], 0u) << "phase " << point;
+      }
+      EXPECT_LE(t[kCtaPrerequisitesDone], t[kCtaExit]);
+    }
+  }
+  EXPECT_GT(working, 0);
+  EXPECT_GT(idle, 0);
+}
+
 class SplitKvPlanTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SplitKvPlanTest, SweepAndGraphCasesSplitAndDoNotSplit) {
