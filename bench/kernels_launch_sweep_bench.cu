@@ -84,8 +84,13 @@ std::vector<Family> Families(bool quick) {
   };
 }
 
+// The short class is scored at 256-4096 tokens, the long one at 16K and 64K. 512 and 2048 are
+// swept since 2026-11-29: with 256, 1024 and 4096 alone a B=1 row's shortest split (256 or 512
+// tokens) was decided at T=1024 by a hair, while at T=512 one split ran 7.7 us against two's 8.9
+// (bench/NOTES.md, "where a small-batch step's time goes").
 std::vector<int> Contexts(bool quick) {
-  return quick ? std::vector<int>{512, 8192} : std::vector<int>{256, 1024, 4096, 16384, 65536};
+  return quick ? std::vector<int>{512, 8192}
+               : std::vector<int>{256, 512, 1024, 2048, 4096, 16384, 65536};
 }
 
 // "128:32:8:32,33;64:8:8:32" -> families (head dim, q heads, kv heads, batches); false on a
