@@ -144,7 +144,8 @@ struct DecodeRunContext {
 };
 
 // The slots of a CTA in DecodeRunContext::cta_trace: %globaltimer (ns) when thread 0 reached
-// each phase (0 where it never did: a CTA without work stamps kCtaExit only), and the SM it ran on.
+// each phase (0 where it never did: a CTA without work, a padding row's or a split past its
+// row's, stamps its entry, its release and its exit only), and the SM it ran on.
 enum CtaTracePoint : int {
   kCtaEntry,              // the kernel began
   kCtaPrerequisitesDone,  // griddepcontrol.wait returned (the earlier grids are complete)
