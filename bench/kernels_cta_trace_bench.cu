@@ -51,14 +51,22 @@ struct Options {
   std::string commit = "unknown";
 };
 
-std::vector<int> ParseInts(const std::string& text, char sep) {
-  std::vector<int> out;
+// "512,4096" (sep ',') or "8:0:256" (sep ':') -> integers >= 0; false on anything else.
+bool ParseInts(const std::string& text, char sep, std::vector<int>* out) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, sep)) {
-    if (!item.empty()) out.push_back(std::stoi(item));
+    std::size_t used = 0;
+    int value = -1;
+    try {
+      value = std::stoi(item, &used);
+    } catch (...) {
+      return false;
+    }
+    if (used != item.size() || value < 0) return false;
+    out->push_back(value);
   }
-  return out;
+  return !out->empty();
 }
 
 // One traced configuration at one context: the figures this prints and writes.
@@ -269,6 +277,36 @@ int Run(int argc, char** argv) {
   }
   const kernels::DecodeStep step =
       o.step == "append" ? kernels::DecodeStep::kAppendAndDecode : kernels::DecodeStep::kDecode;
+  std::vector<int> contexts;
+  if (!ParseInts(o.contexts, ',', &contexts) ||
+      *std::min_element(contexts.begin(), contexts.end()) < 1) {
+    std::fprintf(stderr, "--contexts %s: expected T,T,... with every T >= 1\n",
+                 o.contexts.c_str());
+    return 2;
+  }
+  std::vector<std::pair<std::string, kernels::SplitKvLaunchConfig>> configs;
+  {
+    std::stringstream ss(o.configs);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      std::vector<int> v;
+      if (!ParseInts(item, ':', &v) || (v.size() != 3 && v.size() != 4)) {
+        std::fprintf(stderr,
+                     "--configs item '%s': expected warps:ctas_per_sm:min_split_tokens[:1]\n",
+                     item.c_str());
+        return 2;
+      }
+      configs.emplace_back(item, kernels::SplitKvLaunchConfig{
+                                     .warps = v[0], .ctas_per_sm = v[1],
+                                     .min_split_tokens = v[2],
+                                     .cluster_merge = v.size() == 4 && v[3] != 0});
+    }
+  }
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "kernels_cta_trace_bench: no CUDA device; the trace needs a GPU\n");
+    return 2;
+  }
   cudaDeviceProp prop{};
   Check(cudaGetDeviceProperties(&prop, 0), "device properties");
   const StatusOr<double> read_bps = kernels::MeasureReadBandwidth();
@@ -277,7 +315,7 @@ int Run(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   std::vector<TraceSummary> all;
-  for (const int context : ParseInts(o.contexts, ',')) {
+  for (const int context : contexts) {
     ModelShape shape;
     shape.num_layers = 1;
     shape.num_q_heads = o.q_heads;
@@ -290,25 +328,14 @@ int Run(int argc, char** argv) {
       plans.emplace_back("tuned", PlanOrExit(kernels::DefaultDecodeVariant(), shape, o.batch,
                                              step, context));
     } else {
-      std::stringstream ss(o.configs);
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        const std::vector<int> v = ParseInts(item, ':');
-        if (v.size() != 3 && v.size() != 4) {
-          std::fprintf(stderr,
-                       "--configs item '%s', expected warps:ctas_per_sm:min_split[:cluster]\n",
-                       item.c_str());
-          return 2;
-        }
-        const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
-        CheckOk(device, "CurrentDecodeDevice");
-        StatusOr<kernels::DecodePlan> plan = kernels::PlanSplitKv(
-            kernels::SplitKvFamily::kTensorCore,
-            {.warps = v[0], .ctas_per_sm = v[1], .min_split_tokens = v[2],
-             .cluster_merge = v.size() == 4 && v[3] != 0},
-            {shape, o.batch, context, step, *device});
+      const StatusOr<kernels::DecodeDevice> device = kernels::CurrentDecodeDevice();
+      CheckOk(device, "CurrentDecodeDevice");
+      for (const auto& [name, config] : configs) {
+        StatusOr<kernels::DecodePlan> plan =
+            kernels::PlanSplitKv(kernels::SplitKvFamily::kTensorCore, config,
+                                 {shape, o.batch, context, step, *device});
         CheckOk(plan, "PlanSplitKv");
-        plans.emplace_back(item, *plan);
+        plans.emplace_back(name, *plan);
       }
     }
     for (const auto& [name, plan] : plans) {
