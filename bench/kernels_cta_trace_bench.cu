@@ -40,9 +40,7 @@ struct Options {
   int head_dim = 128;
   int block_size = 16;
   std::string contexts = "512,4096";
-  // "warps:ctas_per_sm:min_split_tokens[:cluster],..." (tensor cores; a fourth field 1 asks
-  // for the cluster merge); empty: the tuned table's choice
-  std::string configs;
+  std::string configs;  // "warps:ctas_per_sm:min_split_tokens,..." (tensor cores); empty: tuned
   std::string step = "decode";
   int steps = 24;
   int replays = 7;
@@ -74,7 +72,6 @@ struct TraceSummary {
   int context = 0;
   std::string config;  // "tuned" or warps:ctas_per_sm:min_split_tokens
   int grid_ctas = 0, working_ctas = 0, splits = 0;
-  bool cluster_merge = false;  // the plan merges its splits in clusters
   double step_us = 0, floor_us = 0;
   double span_us = 0, release_us = 0;  // medians over the traced runs
   // Phase medians over the working CTAs of every traced run, us: from the run's first release
@@ -163,7 +160,6 @@ TraceSummary TraceOne(const Options& o, int context, const kernels::DecodePlan& 
   s.context = context;
   s.config = config_name;
   s.grid_ctas = ctas;
-  s.cluster_merge = plan.split_kv.cluster_merge;
   s.splits = static_cast<int>(grid.x);
   s.step_us = Median(per_step);
   s.floor_us = sets[0]->step_bytes() / read_bps * 1e6;
@@ -261,9 +257,8 @@ int Run(int argc, char** argv) {
   flags.Int("--block-size", &o.block_size, "KV block size", 1, 256);
   flags.String("--contexts", &o.contexts, "contexts to trace: T,T,...");
   flags.String("--configs", &o.configs,
-               "tensor-core launch configurations warps:ctas_per_sm:min_split_tokens[:1],... "
-               "(a fourth field 1: the splits merge in a cluster where it fits; empty: the tuned "
-               "table's choice)");
+               "tensor-core launch configurations warps:ctas_per_sm:min_split_tokens,... "
+               "(empty: the tuned table's choice)");
   flags.String("--step", &o.step, "decode or append (append + decode, the serving step)");
   flags.Int("--steps", &o.steps, "runs per graph replay (rounded up to the input sets)", 2, 4096);
   flags.Int("--replays", &o.replays, "timed replays (the median is reported)", 1, 1000);
@@ -290,16 +285,15 @@ int Run(int argc, char** argv) {
     std::string item;
     while (std::getline(ss, item, ',')) {
       std::vector<int> v;
-      if (!ParseInts(item, ':', &v) || (v.size() != 3 && v.size() != 4)) {
+      if (!ParseInts(item, ':', &v) || v.size() != 3) {
         std::fprintf(stderr,
-                     "--configs item '%s': expected warps:ctas_per_sm:min_split_tokens[:1]\n",
+                     "--configs item '%s': expected warps:ctas_per_sm:min_split_tokens\n",
                      item.c_str());
         return 2;
       }
       configs.emplace_back(item, kernels::SplitKvLaunchConfig{
                                      .warps = v[0], .ctas_per_sm = v[1],
-                                     .min_split_tokens = v[2],
-                                     .cluster_merge = v.size() == 4 && v[3] != 0});
+                                     .min_split_tokens = v[2]});
     }
   }
   int device_count = 0;
@@ -345,13 +339,12 @@ int Run(int argc, char** argv) {
       }
       const TraceSummary s = TraceOne(o, context, plan, name, *read_bps, stream);
       std::printf(
-          "B=%d H=%d/%d D=%d T=%d %s (warps %d, grid %d CTAs, %d working, %d splits%s): step %.2f us "
+          "B=%d H=%d/%d D=%d T=%d %s (warps %d, grid %d CTAs, %d working, %d splits): step %.2f us "
           "(floor %.2f, %.3fx), span %.2f, release %.2f | a CTA: released %.2f after the first "
           "(parked %.2f), then length %.2f, first tile %.2f, loops %.2f, store %.2f, exit %.2f, "
           "merging split %.2f | loops done p10 %.2f p50 %.2f max %.2f, last stored %.2f\n",
           o.batch, o.q_heads, o.kv_heads, o.head_dim, context, name.c_str(),
-          plan.split_kv_config.warps, s.grid_ctas, s.working_ctas, s.splits,
-          plan.split_kv.cluster_merge ? ", merged in clusters" : "", s.step_us,
+          plan.split_kv_config.warps, s.grid_ctas, s.working_ctas, s.splits, s.step_us,
           s.floor_us, s.step_us / s.floor_us, s.span_us, s.release_us, s.released_us, s.parked_us,
           s.length_us, s.first_tile_us, s.loops_us, s.store_us, s.exit_us, s.merge_us,
           s.loops_done_p10_us, s.loops_done_p50_us, s.loops_done_max_us, s.last_stored_us);
@@ -373,14 +366,13 @@ int Run(int argc, char** argv) {
     for (std::size_t i = 0; i < all.size(); ++i) {
       const TraceSummary& s = all[i];
       std::fprintf(f,
-                   "%s\n {\"context\": %d, \"config\": \"%s\", \"cluster_merge\": %s, \"grid_ctas\": %d, \"working_ctas\": %d, "
+                   "%s\n {\"context\": %d, \"config\": \"%s\", \"grid_ctas\": %d, \"working_ctas\": %d, "
                    "\"splits\": %d, \"step_us\": %s, \"floor_us\": %s, \"span_us\": %s, \"release_us\": %s, "
                    "\"released_us\": %s, \"parked_us\": %s, \"length_us\": %s, \"first_tile_us\": %s, "
                    "\"loops_us\": %s, \"store_us\": %s, \"exit_us\": %s, \"merge_us\": %s, "
                    "\"loops_done_p10_us\": %s, \"loops_done_p50_us\": %s, \"loops_done_max_us\": %s, "
                    "\"last_stored_us\": %s}",
-                   i == 0 ? "" : ",", s.context, s.config.c_str(),
-                   s.cluster_merge ? "true" : "false", s.grid_ctas, s.working_ctas,
+                   i == 0 ? "" : ",", s.context, s.config.c_str(), s.grid_ctas, s.working_ctas,
                    s.splits, Format(s.step_us).c_str(), Format(s.floor_us).c_str(),
                    Format(s.span_us).c_str(), Format(s.release_us).c_str(),
                    Format(s.released_us).c_str(), Format(s.parked_us).c_str(), Format(s.length_us).c_str(),

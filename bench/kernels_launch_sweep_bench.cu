@@ -50,7 +50,7 @@ struct Candidate {
   bool operator==(const Candidate&) const = default;
   auto key() const {
     return std::make_tuple(static_cast<int>(family), config.warps, config.ctas_per_sm,
-                           config.min_split_tokens, config.cluster_merge);
+                           config.min_split_tokens);
   }
 };
 const Candidate kDefaultCandidate{kTc, SplitKvLaunchConfig{}};
@@ -144,13 +144,9 @@ std::vector<Candidate> Candidates(int head_dim, KvCacheType kv_cache_type) {
       if (family == kSimt && warps != SplitKvLaunchConfig{}.warps) continue;
       for (int ctas : {0, 1, 2, 4, 8, 16}) {
         for (int min_split : {128, 256, 512, 1024}) {
-          // Tensor cores: also with the splits merging in a cluster (a plan takes it only at
-          // 2-8 splits with every cluster resident; elsewhere it is the same launch, timed once).
-          for (bool cluster : {false, true}) {
-            const SplitKvLaunchConfig c{warps, ctas, min_split, cluster};
-            if (kernels::CheckLaunchConfig(family, c, head_dim, kv_cache_type).ok()) {
-              out.push_back({family, c});
-            }
+          const SplitKvLaunchConfig c{warps, ctas, min_split};
+          if (kernels::CheckLaunchConfig(family, c, head_dim, kv_cache_type).ok()) {
+            out.push_back({family, c});
           }
         }
       }
@@ -210,8 +206,7 @@ std::string Json(const Candidate& candidate) {
   std::ostringstream os;
   os << "{\"family\": \"" << kernels::SplitKvVariantName(candidate.family)
      << "\", \"warps\": " << c.warps << ", \"ctas_per_sm\": " << c.ctas_per_sm
-     << ", \"min_split_tokens\": " << c.min_split_tokens
-     << ", \"cluster_merge\": " << (c.cluster_merge ? "true" : "false") << "}";
+     << ", \"min_split_tokens\": " << c.min_split_tokens << "}";
   return os.str();
 }
 
@@ -357,7 +352,7 @@ int Run(int argc, char** argv) {
         }
         // Configurations of a family with the same grid and the same split of this context are
         // one kernel launch: time it once.
-        std::map<std::tuple<int, int, int, int, int, int, int, bool>, double> timed;
+        std::map<std::tuple<int, int, int, int, int, int, int>, double> timed;
         double best = 1e30;
         for (const Candidate& c : candidates) {
           const kernels::DecodePlan decode_plan = PlanCandidate(shape, batch, c, step, longest);
@@ -366,8 +361,7 @@ int Run(int argc, char** argv) {
           const kernels::RowSplit rest = kernels::SplitRow(lengths.back(), plan);
           const auto key = std::make_tuple(static_cast<int>(c.family), c.config.warps,
                                            plan.max_splits, ss.num_splits, ss.tiles_per_split,
-                                           rest.num_splits, rest.tiles_per_split,
-                                           plan.cluster_merge);
+                                           rest.num_splits, rest.tiles_per_split);
           auto it = timed.find(key);
           if (it == timed.end()) it = timed.emplace(key, TimePlan(decode_plan, sets, stream)).first;
           const double us = it->second;
@@ -479,10 +473,9 @@ int Run(int argc, char** argv) {
       const SplitKvLaunchConfig& c = p.candidate.config;
       char line[240];
       std::snprintf(line, sizeof line,
-                    "{%d, %d, %d, {%d, %d, %d%s}, SplitKvFamily::%s, %d},  // swept at work %d "
+                    "{%d, %d, %d, {%d, %d, %d}, SplitKvFamily::%s, %d},  // swept at work %d "
                     "(B=%d): score %.3f, default %.3f\n",
                     p.head_dim, p.group, min_work, c.warps, c.ctas_per_sm, c.min_split_tokens,
-                    c.cluster_merge ? ", true" : "",
                     p.candidate.family == kSimt ? "kSimt" : "kTensorCore", p.max_kv_length,
                     p.work, p.batch, p.score, p.default_score);
       f << line;

@@ -4,7 +4,6 @@
 // kernel compiles to the instructions it had with the code written out in place.
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -154,25 +153,25 @@ __device__ __forceinline__ void StoreOutputOrPartial(const SplitKvParams& p, std
   }
 }
 
-// The merge of a row's split partials (split s: its normalised output out_of(s), its LSE
-// lse_of(s) in log2 units, stored by other CTAs: in L2, or in a cluster's shared memory),
-// kChunk splits' loads in flight at once: a rolled loop over the splits waited for each load in
-// turn, two L2 round trips a split (the merging split's tail was 2 us at 4 splits and 4.9 us at
-// 16 on the H200: bench/NOTES.md, "the split merge's tail"). Within a chunk as
-// MergeAttentionStates (max first, then the weighted sums in split order); chunks after the
-// first rescale what came before by 2^(M_old - M_new), so up to kChunk splits the result is
-// MergeAttentionStates's.
-template <int kChunk, typename LseOf, typename OutOf>
-__device__ __forceinline__ AttentionState<float> MergeSplitPartials(int num_splits, LseOf lse_of,
-                                                                    OutOf out_of) {
+// The merge of a row's split partials (normalised outputs `out[split * stride]`, LSEs
+// `lse[split]` in log2 units, stored by other CTAs: read from L2 with __ldcg), kChunk splits'
+// loads in flight at once: a rolled loop over the splits waited for each load in turn, two L2
+// round trips a split (the merging split's tail was 2 us at 4 splits and 4.9 us at 16 on the
+// H200: bench/NOTES.md, "the split merge's tail"). Within a chunk as MergeAttentionStates (max
+// first, then the weighted sums in split order); chunks after the first rescale what came
+// before by 2^(M_old - M_new), so up to kChunk splits the result is MergeAttentionStates's.
+template <int kChunk>
+__device__ __forceinline__ AttentionState<float> MergeSplitPartials(const float* lse,
+                                                                    const float* out,
+                                                                    int stride, int num_splits) {
   AttentionState<float> merged{kNoScore, 0.0f, 0.0f};
   for (int first = 0; first < num_splits; first += kChunk) {
     float part_lse[kChunk], part_out[kChunk];
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const bool live = first + i < num_splits;
-      part_lse[i] = live ? lse_of(first + i) : kNoScore;
-      part_out[i] = live ? out_of(first + i) : 0.0f;
+      part_lse[i] = live ? __ldcg(lse + first + i) : kNoScore;
+      part_out[i] = live ? __ldcg(out + static_cast<std::int64_t>(first + i) * stride) : 0.0f;
     }
     float m = merged.m;
 #pragma unroll
@@ -219,46 +218,10 @@ __device__ __forceinline__ void MergeSplitsIfLast(const SplitKvParams& p, int ba
     const float* lse = p.partial_lse + row * p.plan.max_splits;
     const float* out = p.partial_out + row * p.plan.max_splits * kHeadDim + d;
     // A split's partial is already normalised (its l is 1).
-    const AttentionState<float> s = MergeSplitPartials<8>(
-        num_splits, [&](int split) { return __ldcg(lse + split); },
-        [&](int split) { return __ldcg(out + split * kHeadDim); });
+    const AttentionState<float> s = MergeSplitPartials<8>(lse, out, kHeadDim, num_splits);
     StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(OutOfRow<kHeadDim>(p, row),
                                                        LseOfRow(p, row), d, s);
   }
-}
-
-// The cross-split merge in a thread-block cluster (SplitKvPlan::cluster_merge): the splits of
-// a (batch row, kv head) are one cluster, a CTA's rank its split. Each split with work has put
-// its partials in its own shared memory (part_out[h * kHeadDim + d]: the normalised output of
-// q head h of the group; part_lse[h]: its LSE, log2 units); rank 0 reads every split's through
-// distributed shared memory, merges them and stores the row's output (and LSE). Called by every
-// thread of every CTA of the cluster when the row has num_splits > 1, a CTA without work too
-// (with null partials: it only takes part in the two barriers).
-template <int kHeadDim>
-__device__ __forceinline__ void MergeSplitsInCluster(const SplitKvParams& p, int batch_row,
-                                                     int kv_head, int group, int num_splits,
-                                                     const float* part_out,
-                                                     const float* part_lse) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  __trap();  // no clusters before sm_90, where no plan takes the cluster merge (ClusterMergeFits)
-#else
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();  // release / acquire: every split's partials are visible to rank 0
-  if (cluster.block_rank() == 0) {
-    const std::int64_t first_row =
-        static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * group;
-    for (int idx = threadIdx.x; idx < group * kHeadDim; idx += blockDim.x) {
-      const int h = idx / kHeadDim;
-      const AttentionState<float> s = MergeSplitPartials<8>(
-          num_splits, [&](int split) { return *cluster.map_shared_rank(part_lse + h, split); },
-          [&](int split) { return *cluster.map_shared_rank(part_out + idx, split); });
-      const std::int64_t row = first_row + h;
-      StoreOutput<Normalize::kDivide, ScoreUnits::kLog2>(OutOfRow<kHeadDim>(p, row),
-                                                         LseOfRow(p, row), idx % kHeadDim, s);
-    }
-  }
-  cluster.sync();  // no CTA leaves (its shared memory with it) while rank 0 still reads
-#endif
 }
 
 }  // namespace attnrt::kernels

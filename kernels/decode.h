@@ -83,12 +83,6 @@ struct SplitKvLaunchConfig {
   // CTAs when W < sms, else do not split.
   int ctas_per_sm = 0;
   int min_split_tokens = 256;  // a context is split only into pieces at least this long
-  // Tensor-core family only: where a plan has 2-8 splits and every cluster of its grid can be
-  // resident at once (cudaOccupancyMaxActiveClusters on the plan's device), the splits of a
-  // (batch row, kv head) run as one thread-block cluster and merge through distributed shared
-  // memory (no partials in global memory, no arrival counter, no fence); elsewhere the split
-  // that arrives last merges as without it. SplitKvPlan::cluster_merge says which a plan got.
-  bool cluster_merge = false;
 
   bool operator==(const SplitKvLaunchConfig&) const = default;
 };
@@ -100,9 +94,6 @@ struct SplitKvPlan {
   int max_splits = 1;
   int tile_tokens = 32;  // tokens a CTA consumes per pipeline step
   int min_tiles = 8;     // fewest tiles a split is given (short contexts are not split)
-  // The grid's x (the splits) is one thread-block cluster and the splits merge in it
-  // (SplitKvLaunchConfig::cluster_merge, where it fits).
-  bool cluster_merge = false;
 };
 
 // One kernel launch a plan fixed: entry point, grid, CTA size, dynamic shared memory.

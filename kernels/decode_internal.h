@@ -143,8 +143,7 @@ inline RowSplit SplitRow(int kv_length, const SplitKvPlan& plan) {
   return {(tiles + tiles_per_split - 1) / tiles_per_split, tiles_per_split};
 }
 
-// "warps=4 ctas_per_sm=0 min_split_tokens=256" (and " cluster_merge" when set; logs, reports,
-// test traces).
+// "warps=4 ctas_per_sm=0 min_split_tokens=256" (logs, reports, test names).
 std::string ToString(const SplitKvLaunchConfig& config);
 // InvalidArgument naming the field when a configuration is outside what the kernels support
 // for that head dim and KV cache type.

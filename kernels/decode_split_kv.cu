@@ -148,13 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
     return;
   }
   const RowSplit ss = SplitRow(len, p.plan);
-  // The row's splits merge in their cluster (uniform over it: one row, one length).
-  const bool merge_in_cluster = p.plan.cluster_merge && ss.num_splits > 1;
   if (split >= ss.num_splits) {  // this row needs fewer splits than the grid has
-    if (merge_in_cluster) {  // it still takes part in its cluster's barriers
-      MergeSplitsInCluster<kHeadDim>(p, batch_row, kv_head, p.group, ss.num_splits, nullptr,
-                                     nullptr);
-    }
     StampCta(p.cta_trace, kCtaExit);
     return;
   }
@@ -526,18 +520,14 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   // floats: the lanes t = 0..3 of a group store heads 2t, 2t+1 at one d, 8t banks apart (with
   // rows of kHeadDim they hit one bank, four-way). Heads past the group (the mma's zero padding)
   // are not stored: at G = 1 one lane in four stores, and the merge never reads them.
-  // After the warps' scratch, the CTA's partials when the splits merge in their cluster.
   constexpr int kRedStride = kHeadDim + 4;
-  static_assert(sizeof(float) * (kWarps * kMaxHeadsPerKv * (kRedStride + 2) +
-                                 kMaxHeadsPerKv * (kHeadDim + 1)) <=
+  static_assert(sizeof(float) * kWarps * kMaxHeadsPerKv * (kRedStride + 2) <=
                     static_cast<std::size_t>(TcSmemBytes<kHeadDim, kWarps, kFp8>()),
-                "reduction scratch and partials must fit in the rings");
+                "reduction scratch must fit in the rings");
   __syncthreads();
   StampCta(p.cta_trace, kCtaLoopsDone);
   float* red_o = reinterpret_cast<float*>(tc_smem);                 // [warp][head][kRedStride]
   float* red_ml = red_o + kWarps * kMaxHeadsPerKv * kRedStride;   // [warp][head][2]
-  float* part_out = red_ml + kWarps * kMaxHeadsPerKv * 2;           // [head][D]
-  float* part_lse = part_out + kMaxHeadsPerKv * kHeadDim;           // [head]
   const bool store_h0 = 2 * t < p.group, store_h1 = 2 * t + 1 < p.group;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -567,22 +557,12 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
         kWarps, [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2]; },
         [&](int w) { return red_ml[(w * kMaxHeadsPerKv + h) * 2 + 1]; },
         [&](int w) { return red_o[(w * kMaxHeadsPerKv + h) * kRedStride + d]; });
-    if (merge_in_cluster) {  // the split's partial, as StorePartial's, in shared memory
-      part_out[idx] = s.acc / s.l;
-      if (d == 0) part_lse[h] = s.m + log2f(s.l);
-      continue;
-    }
     const std::int64_t row =
         static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group + h;
     StoreOutputOrPartial<kHeadDim>(p, row, split, ss.num_splits, d, s);
   }
   StampCta(p.cta_trace, kCtaStored);
-  if (merge_in_cluster) {
-    MergeSplitsInCluster<kHeadDim>(p, batch_row, kv_head, p.group, ss.num_splits, part_out,
-                                   part_lse);
-  } else {
-    MergeSplitsIfLast<kHeadDim>(p, batch_row, kv_head, p.group, ss.num_splits);
-  }
+  MergeSplitsIfLast<kHeadDim>(p, batch_row, kv_head, p.group, ss.num_splits);
   StampCta(p.cta_trace, kCtaExit);
 }
 

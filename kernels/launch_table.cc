@@ -52,8 +52,7 @@ const TunedLaunchRow* FindRow(const std::vector<TunedLaunchRow>& rows, int head_
 std::string ToString(const SplitKvLaunchConfig& config) {
   return "warps=" + std::to_string(config.warps) +
          " ctas_per_sm=" + std::to_string(config.ctas_per_sm) +
-         " min_split_tokens=" + std::to_string(config.min_split_tokens) +
-         (config.cluster_merge ? " cluster_merge" : "");
+         " min_split_tokens=" + std::to_string(config.min_split_tokens);
 }
 
 Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config, int head_dim,
@@ -61,10 +60,6 @@ Status CheckLaunchConfig(SplitKvFamily family, const SplitKvLaunchConfig& config
   if (family == SplitKvFamily::kTensorCore) {
     ATTNRT_RETURN_IF_ERROR(
         TcKernelFor(head_dim, config.warps, kv_cache_type == KvCacheType::kFp8E4M3).status());
-  }
-  if (config.cluster_merge && family != SplitKvFamily::kTensorCore) {
-    return InvalidArgumentError(
-        "config.cluster_merge = true: only the tensor-core family merges its splits in a cluster");
   }
   if (config.ctas_per_sm < 0 || config.ctas_per_sm > 64) {
     return InvalidArgumentError("config.ctas_per_sm = " + std::to_string(config.ctas_per_sm) +
@@ -102,8 +97,7 @@ TunedSplitKv TunedSplitKvLaunch(const ModelShape& shape, int capacity, int max_k
     tuned = {row->family, row->config};
   }
   if (fp8) tuned = {SplitKvFamily::kTensorCore, {kTcFp8Warps, tuned.config.ctas_per_sm,
-                                                  tuned.config.min_split_tokens,
-                                                  tuned.config.cluster_merge}};
+                                                  tuned.config.min_split_tokens}};
   return tuned;
 }
 

@@ -81,36 +81,6 @@ SplitKvPlan SplitsFor(const SplitKvKernel& k, int sm_count, int ctas_per_sm_resi
   return plan;
 }
 
-// The most CTAs a portable thread-block cluster has: a cluster merge needs the row's splits in
-// one cluster.
-constexpr int kMaxClusterSplits = 8;
-
-// Whether `plan`'s grid of kernel `k` can merge its splits in clusters on `device`: 2-8 splits
-// and every cluster of the grid resident at once (a cluster merge that waited for a second wave
-// would lose what it saves). False on a described device and where the driver cannot say.
-bool ClusterMergeFits(const SplitKvKernel& k, const DecodeDevice& device, const DecodePlan& plan) {
-  const int splits = plan.split_kv.max_splits;
-  if (device.ordinal < 0 || splits < 2 || splits > kMaxClusterSplits) return false;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(splits, plan.shape.num_kv_heads, plan.capacity);
-  cfg.blockDim = dim3(k.threads);
-  cfg.dynamicSmemBytes = k.smem_bytes;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, k.fn, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: clear it, so that no later check reports it
-    return false;
-  }
-  return static_cast<long long>(clusters) >=
-         static_cast<long long>(plan.shape.num_kv_heads) * plan.capacity;
-}
-
 std::size_t AlignUp(std::size_t x) { return (x + 255) / 256 * 256; }
 
 // The longest length a split-KV plan for `requested` (0: max_context) runs: its context class's
@@ -146,24 +116,17 @@ WorkspaceLayout Layout(const ModelShape& shape, int capacity, const SplitKvPlan&
   return w;
 }
 
-// Launches the decode kernel with programmatic dependent launch, and with the grid's x (the
-// splits) as one thread-block cluster where the plan merges in clusters.
-Status LaunchWithPdl(const KernelLaunch& launch, bool cluster_splits, cudaStream_t stream,
-                     SplitKvParams* params) {
-  cudaLaunchAttribute attr[2];
+Status LaunchWithPdl(const KernelLaunch& launch, cudaStream_t stream, SplitKvParams* params) {
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = launch.grid.x;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = launch.grid;
   cfg.blockDim = dim3(launch.threads);
   cfg.dynamicSmemBytes = launch.smem_bytes;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = cluster_splits ? 2 : 1;
+  cfg.numAttrs = 1;
   void* args[] = {params};
   ATTNRT_CUDA_RETURN(cudaLaunchKernelExC(&cfg, launch.fn, args));
   return Status::Ok();
@@ -214,8 +177,6 @@ StatusOr<DecodePlan> PlanSplitKv(SplitKvFamily family, const SplitKvLaunchConfig
   plan.max_kv_length = SplitKvPlanLength(shape, request.max_kv_length);
   plan.split_kv = SplitsFor(k, request.device.sm_count, resident, config, shape, plan.capacity,
                             plan.max_kv_length);
-  plan.split_kv.cluster_merge =
-      config.cluster_merge && ClusterMergeFits(k, request.device, plan);
   plan.fuses_append =
       family == SplitKvFamily::kTensorCore && plan.step == DecodeStep::kAppendAndDecode;
   if (plan.split_kv.max_splits > 1 &&
@@ -284,7 +245,7 @@ Status RunSplitKv(const DecodePlan& plan, const DecodeBatchView& batch, const Kv
     p.partial_out = reinterpret_cast<float*>(ws + layout.counter_bytes);
     p.partial_lse = reinterpret_cast<float*>(ws + layout.counter_bytes + layout.out_bytes);
   }
-  return LaunchWithPdl(plan.decode, plan.split_kv.cluster_merge, context.stream, &p);
+  return LaunchWithPdl(plan.decode, context.stream, &p);
 }
 
 #define ATTNRT_SPLIT_KV_VARIANT(family)                                                     \

@@ -588,54 +588,6 @@ INSTANTIATE_TEST_SUITE_P(
       return os.str();
     });
 
-// The splits of a row merging in their thread-block cluster (SplitKvLaunchConfig::cluster_merge):
-// grids of 8 and of 3 splits a row (one CTA per SM wanted over 16 and 34 work items), rows that
-// split every way up to the grid's, rows that do not split and padding, against the reference in
-// every append mode. Where a CTA is small (2 warps, D <= 128: several fit an SM) every cluster
-// fits at once, so the plan must take the cluster merge; elsewhere it may fall back.
-using ClusterMergeParam = std::tuple<int, int, int>;  // D, group, warps
-class ClusterMergeTest : public ::testing::TestWithParam<ClusterMergeParam> {};
-
-TEST_P(ClusterMergeTest, MatchesReference) {
-  SKIP_WITHOUT_GPU();
-  const auto& [d, group, warps] = GetParam();
-  if (d == 256 && warps == 8) {
-    GTEST_SKIP() << "8 warps at head_dim 256 is not built (384 KB of shared memory)";
-  }
-  const int hkv = 2;
-  const ModelShape shape = DecodeShape(group * hkv, hkv, d, 16, 2, 8192);
-  const SplitKvLaunchConfig config{
-      .warps = warps, .ctas_per_sm = 1, .min_split_tokens = 128, .cluster_merge = true};
-  const CaseLaunch launch = ConfigCase(config);
-  for (const std::vector<int>& lengths :
-       {std::vector<int>{8192, 1, 17, 300, 0, 1500, 4097, 2049},
-        std::vector<int>{8192, 1, 16, 17, 129, 300, 0, 511, 1024, 1025, 1500, 2048, 3000, 4097,
-                         6000, 7777, 8191}}) {
-    const int capacity = static_cast<int>(lengths.size());
-    SCOPED_TRACE("capacity " + std::to_string(capacity));
-    const StatusOr<DecodePlan> plan = launch.Plan(shape, capacity, AppendMode::kByPlan);
-    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    ASSERT_GE(plan->split_kv.max_splits, 2);
-    ASSERT_LE(plan->split_kv.max_splits, 8);
-    if (warps == 2 && d <= 128) {
-      EXPECT_TRUE(plan->split_kv.cluster_merge) << "clusters of small CTAs fit at once";
-    }
-    RunCase(launch, shape, lengths, {.seed = static_cast<std::uint64_t>(600 + d + group * 7 +
-                                                                        warps * 13 + capacity)});
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Settings, ClusterMergeTest,
-    ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 8),
-                       ::testing::Values(2, 8)),
-    [](const ::testing::TestParamInfo<ClusterMergeParam>& info) {
-      std::ostringstream os;
-      os << "D" << std::get<0>(info.param) << "_G" << std::get<1>(info.param) << "_warps"
-         << std::get<2>(info.param);
-      return os.str();
-    });
-
 TEST(TunedLaunchTableTest, EveryRowLaunchesAndMatchesReference) {
   SKIP_WITHOUT_GPU();
   // Every model's table (a plan reads its device model's, and any row runs on any GPU); each

@@ -206,30 +206,6 @@ TEST(LaunchTableTest, BadConfigurationsNameTheField) {
                                 KvCacheType::kFp8E4M3).ok());
 }
 
-// The cluster merge is a tensor-core option; a plan takes it only where its device can say that
-// every cluster fits at once, so a described device's plan never does.
-TEST(LaunchTableTest, ClusterMergeIsATensorCoreOptionAPlanTakesWhereItFits) {
-  SplitKvLaunchConfig c{.warps = 4, .ctas_per_sm = 1, .min_split_tokens = 128,
-                        .cluster_merge = true};
-  EXPECT_TRUE(CheckLaunchConfig(SplitKvFamily::kTensorCore, c, 128).ok());
-  const Status simt = CheckLaunchConfig(SplitKvFamily::kSimt, c, 128);
-  EXPECT_EQ(simt.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(simt.message().find("config.cluster_merge"), std::string::npos) << simt.ToString();
-  EXPECT_NE(ToString(c).find("cluster_merge"), std::string::npos) << ToString(c);
-  EXPECT_EQ(ToString(c).find("cluster_merge"), ToString(c).rfind("cluster_merge"));
-  c.cluster_merge = false;
-  EXPECT_EQ(ToString(c).find("cluster_merge"), std::string::npos) << ToString(c);
-  c.cluster_merge = true;
-  // 33 work items on a described 132-SM device: 4 splits, which a cluster would hold.
-  const StatusOr<DecodePlan> plan = PlanSplitKv(
-      SplitKvFamily::kTensorCore, c,
-      {Shape(1, 1, 128), 33, 4096, DecodeStep::kAppendAndDecode, DecodeDevice{-1, 132}});
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->split_kv.max_splits, 4);
-  EXPECT_TRUE(plan->split_kv_config.cluster_merge);
-  EXPECT_FALSE(plan->split_kv.cluster_merge) << "a described device cannot place clusters";
-}
-
 // The plan follows the configuration: the CTA tile is 16 tokens per warp, pieces are at least
 // min_split_tokens long, and a target of ctas_per_sm stops splitting once the work items fill the
 // device's SMs (here a described 132-SM device: no GPU needed when ctas_per_sm > 0).
