@@ -221,6 +221,13 @@ if has bench; then
       --benchmark_counters_tabular=true >"$out/$b.txt" 2>&1 || status=1
     grep -E "median|ERROR" "$out/$b.txt" | head -30
   done
+  # Where a small-batch step's time goes, CTA by CTA (B=1 H32 D128, the tuned kernel's phases).
+  if [ -x "$build/bench/kernels_cta_trace_bench" ]; then
+    log "benchmark kernels_cta_trace_bench (B=1 phases)"
+    "$build/bench/kernels_cta_trace_bench" --contexts 512,4096 --commit "$commit" \
+      --json-out "$out/cta_trace.json" >"$out/cta_trace.txt" 2>&1 || status=1
+    cut -c1-200 "$out/cta_trace.txt"
+  fi
   # The self-test a user runs, with its speed table against the read ceiling it measures.
   log "attnrt-check (every path x cache type; speed table)"
   "$build/examples/attnrt-check" --kv-cache-type all --block-sizes 16 --seed 7 \
