@@ -109,64 +109,41 @@ TraceSummary TraceOne(const Options& o, int context, const kernels::DecodePlan& 
   CheckOk(kernels::PrepareDecodeWorkspace(plan, workspace, stream), "PrepareDecodeWorkspace");
   const dim3 grid = plan.decode.grid;
   const int ctas = static_cast<int>(grid.x * grid.y * grid.z);
-  const int steps = std::max(2, (o.steps + n_sets - 1) / n_sets * n_sets);
+  const tools::RunTiming timing{.min_steps = o.steps, .warmups = 2, .replays = o.replays};
+  const int steps = tools::StepsPerReplay(timing, n_sets);
   const std::size_t slots = static_cast<std::size_t>(steps) * ctas * kernels::kCtaTracePoints;
   tools::DeviceMemory trace_mem;
   CheckOk(tools::AllocateDevice(slots * sizeof(unsigned long long), &trace_mem), "trace");
   auto* trace = static_cast<unsigned long long*>(trace_mem.get());
+  // Zeroed once: a phase a CTA never reaches stays 0 (each replay rewrites the others).
+  Check(cudaMemset(trace, 0, slots * sizeof(unsigned long long)), "memset");
   const kernels::DecodeVariant& variant = kernels::DefaultDecodeVariant();
-  // Once eagerly (module load), then the graph of `steps` runs, each stamping its own slice.
   CheckOk(variant.run(plan, sets[0]->batch, sets[0]->pools, workspace, {stream, nullptr}),
-          "eager run");
+          "eager run");  // module load, outside the capture
   Check(cudaStreamSynchronize(stream), "sync");
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < steps; ++i) {
-    const DeviceDecodeBatch& b = *sets[i % n_sets];
-    kernels::DecodeRunContext context{stream, nullptr};
-    context.cta_trace = trace + static_cast<std::size_t>(i) * ctas * kernels::kCtaTracePoints;
-    CheckOk(variant.run(plan, b.batch, b.pools, workspace, context), "captured run");
-  }
-  cudaGraph_t graph = nullptr;
-  Check(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec = nullptr;
-  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Check(cudaEventCreate(&start), "event");
-  Check(cudaEventCreate(&stop), "event");
-  for (int w = 0; w < 2; ++w) Check(cudaGraphLaunch(exec, stream), "replay");
-  std::vector<double> per_step;
-  for (int r = 0; r < o.replays; ++r) {
-    Check(cudaEventRecord(start, stream), "record");
-    Check(cudaGraphLaunch(exec, stream), "replay");
-    Check(cudaEventRecord(stop, stream), "record");
-    Check(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    Check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    per_step.push_back(ms * 1e3 / steps);
-  }
-  // The traced replay: the slots zeroed first (a phase a CTA never reached stays 0).
-  Check(cudaMemsetAsync(trace, 0, slots * sizeof(unsigned long long), stream), "memset");
-  Check(cudaGraphLaunch(exec, stream), "replay");
-  Check(cudaStreamSynchronize(stream), "sync");
+  // The decode benchmark's timing, each run of the graph stamping its own slice.
+  const StatusOr<double> step_us = tools::MedianRunUs(
+      plan, sets, workspace, {stream, nullptr}, timing,
+      [&](int run, kernels::DecodeRunContext& run_context) {
+        run_context.cta_trace =
+            trace + static_cast<std::size_t>(run) * ctas * kernels::kCtaTracePoints;
+      });
+  CheckOk(step_us, "MedianRunUs");
   std::vector<unsigned long long> t(slots);
   Check(cudaMemcpy(t.data(), trace, slots * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
         "trace copy");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 
   TraceSummary s;
   s.context = context;
   s.config = config_name;
   s.grid_ctas = ctas;
   s.splits = static_cast<int>(grid.x);
-  s.step_us = Median(per_step);
+  s.step_us = *step_us;
   s.floor_us = sets[0]->step_bytes() / read_bps * 1e6;
   std::vector<double> span, release, released, parked, length, first, loops, store, exit_other, merge,
       done_p10, done_p50, done_max, last_stored;
   unsigned long long prev_end = 0;
-  // Run 0 follows the memset, not a run: its entry is not a back-to-back start; skipped.
+  // Run 0 follows the previous replay and its timing event, not a run: skipped.
   for (int i = 0; i < steps; ++i) {
     const unsigned long long* r =
         t.data() + static_cast<std::size_t>(i) * ctas * kernels::kCtaTracePoints;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -330,12 +331,14 @@ inline int StepsPerReplay(const RunTiming& timing, int sets) {
 // cuBLAS's kernel choice) to keep that out of the capture. Sets together larger than L2 keep
 // each run from reading K/V the previous one left there. Errors: a run's own (the capture is
 // ended, nothing left half-captured), InvalidArgument for no sets or replays < 1, Internal
-// naming the CUDA call.
-inline StatusOr<double> MedianRunUs(const kernels::DecodePlan& plan,
-                                    const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets,
-                                    kernels::DecodeWorkspace workspace,
-                                    const kernels::DecodeRunContext& context,
-                                    const RunTiming& timing = {}) {
+// naming the CUDA call. `per_run`, where set, adjusts run i's copy of `context` before it is
+// captured (bench/kernels_cta_trace_bench: where run i stamps its phases; every replay writes
+// them again, so after the call they hold the last replay's).
+inline StatusOr<double> MedianRunUs(
+    const kernels::DecodePlan& plan, const std::vector<std::unique_ptr<DeviceDecodeBatch>>& sets,
+    kernels::DecodeWorkspace workspace, const kernels::DecodeRunContext& context,
+    const RunTiming& timing = {},
+    const std::function<void(int run, kernels::DecodeRunContext& context)>& per_run = {}) {
   if (sets.empty()) return InvalidArgumentError("MedianRunUs: no input sets");
   if (timing.replays < 1) {
     return InvalidArgumentError("MedianRunUs: timing.replays = " +
@@ -349,7 +352,9 @@ inline StatusOr<double> MedianRunUs(const kernels::DecodePlan& plan,
   ATTNRT_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < steps; ++i) {
     const DeviceDecodeBatch& b = *sets[i % n];
-    if (Status st = variant->run(plan, b.batch, b.pools, workspace, context); !st.ok()) {
+    kernels::DecodeRunContext run_context = context;
+    if (per_run) per_run(i, run_context);
+    if (Status st = variant->run(plan, b.batch, b.pools, workspace, run_context); !st.ok()) {
       cudaGraph_t partial = nullptr;
       cudaStreamEndCapture(stream, &partial);  // leaves the stream usable; the error is `st`
       if (partial != nullptr) cudaGraphDestroy(partial);
