@@ -18,7 +18,14 @@
 // request-record pool, so the timed rounds measure the steady state rather than first-touch page
 // faults.
 // Shapes: "small" H=4 Hkv=2 D=64 (q+k+v = 1 KiB copied per request); "8b" H=32 Hkv=8 D=128
-// (Llama-3-8B-like, 12 KiB copied per request).
+// (Llama-3-8B-like, 12 KiB copied per request); "mha" H=32 Hkv=32 D=128 (the B=1 rows of
+// api_host_path_bench, 24 KiB).
+//
+// BM_DecodeInline: one caller's Scheduler::Decode over a FakeExecutor that runs the batch on the
+// calling thread at once (run_inline, outputs written), so the time per call is what Decode adds
+// around a CUDA executor's Run (validation with and without check_finite, the sequence lookup,
+// the inline route's counters and metrics, the result's output), beside `run_ns`, the fake's
+// Run of the same one-request batch alone.
 #include <benchmark/benchmark.h>
 
 #include <pthread.h>
@@ -55,7 +62,7 @@ ModelShape ShapeFor(int which) {
     s.head_dim = 64;
   } else {
     s.num_q_heads = 32;
-    s.num_kv_heads = 8;
+    s.num_kv_heads = which == 2 ? 32 : 8;
     s.head_dim = 128;
   }
   return s;
@@ -224,6 +231,80 @@ BENCHMARK(BM_Intake)
     ->UseManualTime()
     ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
+
+// Args: check_finite (0/1), shape (0 small, 1 8b, 2 mha).
+void BM_DecodeInline(benchmark::State& state) {
+  const bool check_finite = state.range(0) != 0;
+  const ModelShape shape = ShapeFor(static_cast<int>(state.range(1)));
+  constexpr int kDecodeSequences = 4;
+  testing::FakeExecutorOptions eo;
+  eo.shape = shape;
+  eo.record = false;
+  eo.run_inline = true;
+  eo.max_sequences = kDecodeSequences;
+  testing::FakeExecutor executor(eo);
+  if (!executor.CreateSequences(kDecodeSequences).ok()) {
+    state.SkipWithError("CreateSequences failed");
+    return;
+  }
+  SchedulerOptions o;
+  o.check_finite = check_finite;
+  auto created = Scheduler::Create(o, &executor);
+  if (!created.ok()) {
+    state.SkipWithError(created.status().ToString().c_str());
+    return;
+  }
+  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
+  const std::size_t kv_elems = static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim;
+  std::vector<Half> q(q_elems, FloatToHalf(0.5f)), k(kv_elems, FloatToHalf(0.25f)),
+      v(kv_elems, FloatToHalf(-0.25f)), out(q_elems);
+  auto request = [&](std::int64_t i) {
+    DecodeRequest r;
+    r.sequence_id = static_cast<std::uint64_t>(i % kDecodeSequences);
+    r.layer = static_cast<int>((i / kDecodeSequences) % shape.num_layers);
+    r.q = q;
+    r.k = k;
+    r.v = v;
+    return r;
+  };
+  // The fake's Run alone, for the same one-request batch (the executor's share of each call).
+  constexpr int kRunCalls = 20000;
+  const auto run_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRunCalls; ++i) {
+    runtime::Batch batch;
+    batch.requests.push_back({.sequence_id = static_cast<std::uint64_t>(i % kDecodeSequences),
+                              .layer = (i / kDecodeSequences) % shape.num_layers,
+                              .q = q.data(), .k = k.data(), .v = v.data(),
+                              .out = out.data()});
+    auto statuses = executor.Run(std::move(batch));
+    if (!statuses.ok() || !(*statuses)[0].ok()) {
+      state.SkipWithError("Run failed");
+      return;
+    }
+  }
+  const double run_ns = std::chrono::duration<double, std::nano>(
+                            std::chrono::steady_clock::now() - run_start).count() / kRunCalls;
+  std::int64_t i = 0;
+  for (auto _ : state) {
+    DecodeResult r = scheduler->Decode(request(i++));
+    if (!r.status.ok()) {
+      state.SkipWithError(r.status.ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(r.output.data());
+  }
+  if (scheduler->Metrics().decoded_inline != static_cast<std::uint64_t>(i)) {
+    state.SkipWithError("a Decode did not run inline");
+    return;
+  }
+  state.counters["run_ns"] = run_ns;
+}
+
+BENCHMARK(BM_DecodeInline)
+    ->ArgNames({"check_finite", "shape"})
+    ->ArgsProduct({{0, 1}, {0, 2}})
+    ->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace attnrt::scheduler

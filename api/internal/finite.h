@@ -16,15 +16,33 @@
 
 namespace attnrt {
 
-// Index of the first Inf/NaN in `x`, or -1. A branch-free pass first (the compiler vectorises
-// it: ~50 ns for 4096 halves), the index only on the rare bad input.
+// Index of the first Inf/NaN in `x`, or -1. One branch-free pass first (SSE2 where there is
+// SSE2: GCC's -O3 autovectorisation of the scalar test took ~250 ns for 4096 halves on the
+// 2-core VM, -O2 ~1.9 us), the index only on the rare bad input.
 inline std::ptrdiff_t FirstNonFinite(std::span<const Half> x) {
   constexpr std::uint16_t kExponent = 0x7c00;  // all ones: Inf or NaN
+  std::size_t i = 0;
   unsigned bad = 0;
-  for (const Half& h : x) bad |= (h.bits & kExponent) == kExponent;
+#if defined(__SSE2__)
+  // The largest |x| bit pattern (x & 0x7fff, a positive int16) of every lane: >= 0x7c00 iff some
+  // half is Inf or NaN. An and and a max a vector, four accumulators.
+  const __m128i magnitude = _mm_set1_epi16(0x7fff);
+  __m128i m0 = _mm_setzero_si128(), m1 = m0, m2 = m0, m3 = m0;
+  const __m128i* s = reinterpret_cast<const __m128i*>(x.data());
+  for (; i + 32 <= x.size(); i += 32, s += 4) {
+    m0 = _mm_max_epi16(m0, _mm_and_si128(_mm_loadu_si128(s), magnitude));
+    m1 = _mm_max_epi16(m1, _mm_and_si128(_mm_loadu_si128(s + 1), magnitude));
+    m2 = _mm_max_epi16(m2, _mm_and_si128(_mm_loadu_si128(s + 2), magnitude));
+    m3 = _mm_max_epi16(m3, _mm_and_si128(_mm_loadu_si128(s + 3), magnitude));
+  }
+  const __m128i m = _mm_max_epi16(_mm_max_epi16(m0, m1), _mm_max_epi16(m2, m3));
+  bad = static_cast<unsigned>(
+      _mm_movemask_epi8(_mm_cmpgt_epi16(m, _mm_set1_epi16(static_cast<short>(kExponent - 1)))));
+#endif
+  for (std::size_t j = i; j < x.size(); ++j) bad |= (x[j].bits & kExponent) == kExponent;
   if (!bad) return -1;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if ((x[i].bits & kExponent) == kExponent) return static_cast<std::ptrdiff_t>(i);
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    if ((x[j].bits & kExponent) == kExponent) return static_cast<std::ptrdiff_t>(j);
   }
   return -1;
 }

@@ -86,5 +86,26 @@ TEST(CopyCheckingFiniteTest, ExtremeFiniteValuesPass) {
   EXPECT_EQ(FirstNonFinite(src), -1);
 }
 
+// The scan alone over every length to 100 (its 32-half vector blocks and the scalar tail): a bad
+// value found at every position, in every lane; the extreme finite values never reported.
+TEST(FirstNonFiniteTest, FindsEveryPositionOfEveryLength) {
+  const Half kFinite[] = {Half{0x7bff}, Half{0xfbff}, Half{0x03ff}, Half{0x8001}, Half{0x0000}};
+  const Half kBad[] = {Half{0x7c00}, Half{0xfc00}, Half{0x7e00}, Half{0xffff}};
+  for (std::size_t n = 0; n <= 100; ++n) {
+    std::vector<Half> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = kFinite[i % std::size(kFinite)];
+    EXPECT_EQ(FirstNonFinite(x), -1) << "n " << n;
+    for (std::size_t at = 0; at < n; ++at) {
+      for (const Half bad : kBad) {
+        std::vector<Half> y = x;
+        y[at] = bad;
+        if (at + 1 < n) y[n - 1] = Half{0x7c00};  // a later one does not hide the first
+        EXPECT_EQ(FirstNonFinite(y), static_cast<std::ptrdiff_t>(at))
+            << "n " << n << " at " << at << " bits " << bad.bits;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnrt

@@ -61,6 +61,9 @@ struct FakeExecutorOptions {
   // that closes their batch, as one recorded batch.
   bool accept_parts = false;
   int preferred_part_size = 0;
+  // Run() runs the batch on the calling thread, after every batch submitted before it, as the
+  // CUDA executor's Run does (no hand-off to the worker; step_time is not slept).
+  bool run_inline = false;
 };
 
 // Heap memory standing in for a GPU executor's mapped staging: counts allocations and knows
@@ -200,6 +203,25 @@ class FakeExecutor final : public runtime::Executor {
     lock.unlock();
     cv_.notify_all();
     return Status::Ok();
+  }
+
+  StatusOr<std::vector<Status>> Run(runtime::Batch batch) override {
+    if (!options_.run_inline) return Executor::Run(std::move(batch));
+    const int n = static_cast<int>(batch.requests.size());
+    if (n == 0 || n > options_.max_batch_size) {
+      return InvalidArgumentError("batch has " + std::to_string(n) + " requests, expected [1, " +
+                                  std::to_string(options_.max_batch_size) + "]");
+    }
+    std::map<runtime::SequenceId, Status> failing;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!open_.requests.empty()) return FailedPreconditionError("Run with a batch open");
+      cv_.wait(lock, [&] { return in_flight_ == 0; });
+      ++submitted_batches_;
+      submitted_requests_ += n;
+      if (!failing_sequences_.empty()) failing = failing_sequences_;
+    }
+    return RunRequests(batch, failing);
   }
 
   void Wait() override {
@@ -345,6 +367,30 @@ class FakeExecutor final : public runtime::Executor {
     return n;
   }
 
+  // Each request's token and output (out = q, lse[h] = layer * 1000 + h), or its sequence's
+  // injected failure.
+  std::vector<Status> RunRequests(const runtime::Batch& batch,
+                                  const std::map<runtime::SequenceId, Status>& failing) {
+    const ModelShape& s = options_.shape;
+    const std::size_t q_elems = static_cast<std::size_t>(s.num_q_heads) * s.head_dim;
+    std::vector<Status> per(batch.requests.size());
+    for (std::size_t i = 0; i < batch.requests.size(); ++i) {
+      const runtime::BatchRequest& r = batch.requests[i];
+      if (auto it = failing.find(r.sequence_id); it != failing.end()) {
+        per[i] = it->second;
+        continue;
+      }
+      Length(r.sequence_id, r.layer).fetch_add(1, std::memory_order_relaxed);
+      if (options_.write_outputs) {
+        std::memcpy(r.out, r.q, q_elems * sizeof(Half));
+        if (r.lse != nullptr) {
+          for (int h = 0; h < s.num_q_heads; ++h) r.lse[h] = static_cast<float>(r.layer * 1000 + h);
+        }
+      }
+    }
+    return per;
+  }
+
   void Work() {
 #if defined(__linux__)
     // Simulated step times are tens of microseconds: sleep with 1 us timer slack, not 50 us.
@@ -368,24 +414,7 @@ class FakeExecutor final : public runtime::Executor {
         device_free = start + options_.step_time(BucketFor(n));
         std::this_thread::sleep_until(device_free);
       }
-      const ModelShape& s = options_.shape;
-      const std::size_t q_elems = static_cast<std::size_t>(s.num_q_heads) * s.head_dim;
-      std::vector<Status> per(n);
-      for (int i = 0; i < n; ++i) {
-        const runtime::BatchRequest& r = job.batch.requests[i];
-        if (auto it = failing.find(r.sequence_id); it != failing.end()) {
-          per[i] = it->second;
-          continue;
-        }
-        Length(r.sequence_id, r.layer).fetch_add(1, std::memory_order_relaxed);
-        if (options_.write_outputs) {
-          std::memcpy(r.out, r.q, q_elems * sizeof(Half));
-          if (r.lse != nullptr) {
-            for (int h = 0; h < s.num_q_heads; ++h) r.lse[h] = static_cast<float>(r.layer * 1000 + h);
-          }
-        }
-      }
-      job.done(std::move(per));
+      job.done(RunRequests(job.batch, failing));
       {
         std::lock_guard<std::mutex> lock(mu_);
         --in_flight_;
