@@ -86,8 +86,9 @@ TEST(CopyCheckingFiniteTest, ExtremeFiniteValuesPass) {
   EXPECT_EQ(FirstNonFinite(src), -1);
 }
 
-// The scan alone over every length to 100 (its 32-half vector blocks and the scalar tail): a bad
-// value found at every position, in every lane; the extreme finite values never reported.
+// The scan alone over every length to 100 (the vector blocks of SSE2 and AVX2, AVX2's 16-half
+// steps, the scalar tails): a bad value found at every position, in every lane, by each width;
+// the extreme finite values never reported.
 TEST(FirstNonFiniteTest, FindsEveryPositionOfEveryLength) {
   const Half kFinite[] = {Half{0x7bff}, Half{0xfbff}, Half{0x03ff}, Half{0x8001}, Half{0x0000}};
   const Half kBad[] = {Half{0x7c00}, Half{0xfc00}, Half{0x7e00}, Half{0xffff}};
@@ -95,6 +96,12 @@ TEST(FirstNonFiniteTest, FindsEveryPositionOfEveryLength) {
     std::vector<Half> x(n);
     for (std::size_t i = 0; i < n; ++i) x[i] = kFinite[i % std::size(kFinite)];
     EXPECT_EQ(FirstNonFinite(x), -1) << "n " << n;
+    EXPECT_FALSE(finite_internal::AnyNonFiniteSse2(x.data(), n)) << "n " << n;
+#if defined(ATTNRT_FINITE_AVX2)
+    if (finite_internal::HasAvx2()) {
+      EXPECT_FALSE(finite_internal::AnyNonFiniteAvx2(x.data(), n)) << "n " << n;
+    }
+#endif
     for (std::size_t at = 0; at < n; ++at) {
       for (const Half bad : kBad) {
         std::vector<Half> y = x;
@@ -102,6 +109,13 @@ TEST(FirstNonFiniteTest, FindsEveryPositionOfEveryLength) {
         if (at + 1 < n) y[n - 1] = Half{0x7c00};  // a later one does not hide the first
         EXPECT_EQ(FirstNonFinite(y), static_cast<std::ptrdiff_t>(at))
             << "n " << n << " at " << at << " bits " << bad.bits;
+        // Each vector width on its own (the dispatch above takes one of them).
+        EXPECT_TRUE(finite_internal::AnyNonFiniteSse2(y.data(), n)) << "n " << n << " at " << at;
+#if defined(ATTNRT_FINITE_AVX2)
+        if (finite_internal::HasAvx2()) {
+          EXPECT_TRUE(finite_internal::AnyNonFiniteAvx2(y.data(), n)) << "n " << n << " at " << at;
+        }
+#endif
       }
     }
   }
