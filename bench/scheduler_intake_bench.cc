@@ -34,6 +34,7 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,26 @@ double ProcessCpuNs() {
   return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+// The scheduler over `executor`, or null with the benchmark skipped and the reason given.
+std::unique_ptr<Scheduler> CreateOrSkip(benchmark::State& state, const SchedulerOptions& o,
+                                        runtime::Executor* executor) {
+  auto created = Scheduler::Create(o, executor);
+  if (!created.ok()) {
+    state.SkipWithError(created.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(created).value();
+}
+
+// One request's q, k and v for `shape`, constant (the scheduler never looks at the values).
+struct RequestTensors {
+  explicit RequestTensors(const ModelShape& shape)
+      : q(static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim, FloatToHalf(0.5f)),
+        k(static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim, FloatToHalf(0.25f)),
+        v(k.size(), FloatToHalf(-0.25f)) {}
+  std::vector<Half> q, k, v;
+};
+
 struct RoundResult {
   double intake_s = 0;        // slowest producer's submit loop
   double e2e_s = 0;           // start until every result was delivered
@@ -107,22 +128,18 @@ void BM_Intake(benchmark::State& state) {
   o.max_queue_delay = std::chrono::microseconds(100);
   o.max_queue_size = kQueueSize;
   o.completion_threads = 1;
-  auto created = Scheduler::Create(o, &executor);
-  if (!created.ok()) {
-    state.SkipWithError(created.status().ToString().c_str());
-    return;
-  }
-  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
+  std::unique_ptr<Scheduler> scheduler = CreateOrSkip(state, o, &executor);
+  if (scheduler == nullptr) return;
 
-  const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
-  const std::size_t kv_elems = static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim;
-  std::vector<Half> q(q_elems, FloatToHalf(0.5f)), k(kv_elems, FloatToHalf(0.25f)),
-      v(kv_elems, FloatToHalf(-0.25f));
+  const RequestTensors tensors(shape);
+  const std::vector<Half>& q = tensors.q;
+  const std::vector<Half>& k = tensors.k;
+  const std::vector<Half>& v = tensors.v;
   const int per_producer = kRequestsPerRound / producers;
   const std::int64_t per_round = static_cast<std::int64_t>(per_producer) * producers;
   // Results are counted (and their staging released) on the completion thread; the output is
   // written straight to a caller-given destination, as a serving loop would.
-  std::vector<Half> out(q_elems);
+  std::vector<Half> out(q.size());
   std::atomic<std::int64_t> delivered{0};
 
   auto round = [&]() {
@@ -249,16 +266,13 @@ void BM_DecodeInline(benchmark::State& state) {
   }
   SchedulerOptions o;
   o.check_finite = check_finite;
-  auto created = Scheduler::Create(o, &executor);
-  if (!created.ok()) {
-    state.SkipWithError(created.status().ToString().c_str());
-    return;
-  }
-  std::unique_ptr<Scheduler> scheduler = std::move(created).value();
-  const std::size_t q_elems = static_cast<std::size_t>(shape.num_q_heads) * shape.head_dim;
-  const std::size_t kv_elems = static_cast<std::size_t>(shape.num_kv_heads) * shape.head_dim;
-  std::vector<Half> q(q_elems, FloatToHalf(0.5f)), k(kv_elems, FloatToHalf(0.25f)),
-      v(kv_elems, FloatToHalf(-0.25f)), out(q_elems);
+  std::unique_ptr<Scheduler> scheduler = CreateOrSkip(state, o, &executor);
+  if (scheduler == nullptr) return;
+  const RequestTensors tensors(shape);
+  const std::vector<Half>& q = tensors.q;
+  const std::vector<Half>& k = tensors.k;
+  const std::vector<Half>& v = tensors.v;
+  std::vector<Half> out(q.size());
   auto request = [&](std::int64_t i) {
     DecodeRequest r;
     r.sequence_id = static_cast<std::uint64_t>(i % kDecodeSequences);
