@@ -12,6 +12,7 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <attnrt/status.h>
@@ -54,6 +55,61 @@ Status ValidateBatchShape(const Batch& batch, int max_batch_size, int parted = 0
 // over before: malformed (InvalidArgument, nothing changed) when empty, when the batch would
 // then exceed `max_batch_size`, or when it sets ready_event (which only the closing Submit may).
 Status ValidatePart(const Batch& part, int max_batch_size, int parted);
+
+// The batch being formed through Executor::SubmitPart, for both executors: their batch state
+// (a pointer to a struct with `Batch batch` and `BatchPlan plan`) and the submission lock it
+// holds from the first part to the Submit that closes it (the submitting thread's alone; see
+// the BatchPlanner comment). `open(&hold)` makes a fresh state and takes the lock into `hold`.
+template <typename StatePtr>
+class OpenBatch {
+ public:
+  // Requests handed over by the parts so far (0: no batch open).
+  int parted() const {
+    return state_ == nullptr ? 0 : static_cast<int>(state_->batch.requests.size());
+  }
+  bool is_open() const { return state_ != nullptr; }
+
+  // A part: validated (ValidatePart; nothing changes on an error), the batch opened on the
+  // first, its requests appended; the caller then plans state() from parted() as it was before.
+  template <typename Open>
+  Status Add(const Batch& part, int max_batch_size, Open&& open) {
+    ATTNRT_RETURN_IF_ERROR(ValidatePart(part, max_batch_size, parted()));
+    if (state_ == nullptr) state_ = open(&hold_);
+    state_->batch.requests.insert(state_->batch.requests.end(), part.requests.begin(),
+                                  part.requests.end());
+    return Status::Ok();
+  }
+  auto& state() { return *state_; }
+
+  // The closing Submit's state and lock: the open batch with `batch`'s requests appended (and
+  // its ready_event), or, with none open, a fresh one holding `batch`.
+  template <typename Open>
+  StatePtr Close(Batch batch, std::unique_lock<std::mutex>* hold, Open&& open) {
+    if (state_ == nullptr) {
+      StatePtr state = open(hold);
+      state->batch = std::move(batch);
+      return state;
+    }
+    *hold = std::move(hold_);
+    state_->batch.requests.insert(state_->batch.requests.end(), batch.requests.begin(),
+                                  batch.requests.end());
+    state_->batch.ready_event = batch.ready_event;
+    return std::move(state_);
+  }
+
+  // An executor destroyed with a batch open drops it (its requests' tokens are taken, never
+  // written) and releases the lock: the requests dropped.
+  int Drop() {
+    const int dropped = parted();
+    hold_ = {};
+    state_ = nullptr;
+    return dropped;
+  }
+
+ private:
+  StatePtr state_;
+  std::unique_lock<std::mutex> hold_;
+};
 
 // Bucket lists: non-empty, positive, strictly ascending (InvalidArgument naming the entry).
 Status ValidateBuckets(const std::vector<int>& buckets);

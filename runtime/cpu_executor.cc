@@ -50,10 +50,9 @@ CpuExecutor::CpuExecutor(const CpuExecutorOptions& options,
 }
 
 CpuExecutor::~CpuExecutor() {
-  if (open_ != nullptr) {
+  if (open_.is_open()) {
     Logger().warn("cpu executor: destroyed with a batch of {} requests open (SubmitPart without "
-                  "Submit); dropped", open_->batch.requests.size());
-    open_hold_ = {};
+                  "Submit); dropped", open_.Drop());
   }
   Wait();
   {
@@ -64,46 +63,37 @@ CpuExecutor::~CpuExecutor() {
   worker_.join();
 }
 
+std::unique_ptr<CpuExecutor::Job> CpuExecutor::OpenJob(std::unique_lock<std::mutex>* hold) {
+  *hold = planner_.LockSubmission();  // until Submit queues the job (batch_plan.h)
+  return std::make_unique<Job>();
+}
+
 Status CpuExecutor::SubmitPart(Batch part) {
-  const int parted = open_ != nullptr ? static_cast<int>(open_->batch.requests.size()) : 0;
-  ATTNRT_RETURN_IF_ERROR(ValidatePart(part, options_.max_batch_size, parted));
-  if (open_ == nullptr) {
-    open_hold_ = planner_.LockSubmission();  // until Submit queues the job (batch_plan.h)
-    open_ = std::make_unique<Job>();
-  }
-  open_->batch.requests.insert(open_->batch.requests.end(), part.requests.begin(),
-                               part.requests.end());
-  planner_.PlanFrom(open_->batch, parted, &open_->plan, options_.max_batch_size);
+  const int parted = open_.parted();
+  ATTNRT_RETURN_IF_ERROR(open_.Add(part, options_.max_batch_size,
+                                   [this](std::unique_lock<std::mutex>* h) { return OpenJob(h); }));
+  planner_.PlanFrom(open_.state().batch, parted, &open_.state().plan, options_.max_batch_size);
   return Status::Ok();
 }
 
 StatusOr<std::vector<Status>> CpuExecutor::Run(Batch batch) {
-  if (open_ != nullptr) {
+  if (open_.is_open()) {
     return FailedPreconditionError("Run while a batch is open (SubmitPart); Submit closes it");
   }
   return Executor::Run(std::move(batch));
 }
 
 Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
-  const int parted = open_ != nullptr ? static_cast<int>(open_->batch.requests.size()) : 0;
+  const int parted = open_.parted();
   ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size, parted));
   if (batch.ready_event != nullptr) {
     return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
   }
   if (!done) return InvalidArgumentError("done is empty");
 
-  std::unique_ptr<Job> job;
   std::unique_lock<std::mutex> hold;  // until the job is queued (batch_plan.h)
-  if (open_ != nullptr) {
-    job = std::move(open_);
-    hold = std::move(open_hold_);
-    job->batch.requests.insert(job->batch.requests.end(), batch.requests.begin(),
-                               batch.requests.end());
-  } else {
-    hold = planner_.LockSubmission();
-    job = std::make_unique<Job>();
-    job->batch = std::move(batch);
-  }
+  std::unique_ptr<Job> job = open_.Close(
+      std::move(batch), &hold, [this](std::unique_lock<std::mutex>* h) { return OpenJob(h); });
   planner_.PlanFrom(job->batch, parted, &job->plan);
   // Snapshot the metadata now: later Submits move the table on.
   const int mb = options_.shape.max_blocks_per_sequence();

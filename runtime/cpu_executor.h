@@ -83,6 +83,8 @@ class CpuExecutor final : public Executor {
   };
 
   CpuExecutor(const CpuExecutorOptions& options, std::unique_ptr<kvcache::KvCache> cache);
+  // A fresh job, the submission lock taken into `hold`.
+  std::unique_ptr<Job> OpenJob(std::unique_lock<std::mutex>* hold);
   void WorkerLoop();
   Status RunJob(Job& job);
 
@@ -93,10 +95,7 @@ class CpuExecutor final : public Executor {
 
   mutable Mutex mu_;
   CondVar cv_;
-  // The batch being formed through SubmitPart, and the submission lock it holds until Submit
-  // (the submitting thread's alone).
-  std::unique_ptr<Job> open_;
-  std::unique_lock<std::mutex> open_hold_;
+  OpenBatch<std::unique_ptr<Job>> open_;  // the batch being formed through SubmitPart
   std::deque<std::unique_ptr<Job>> queue_ GUARDED_BY(mu_);
   int pending_ GUARDED_BY(mu_) = 0;  // queued + running
   bool stop_ GUARDED_BY(mu_) = false;

@@ -173,7 +173,7 @@ void CudaExecutor::Impl::Launch(Piece& piece, const NodeEnables& e, int max_kv_l
   }
 }
 
-std::shared_ptr<BatchState> CudaExecutor::Impl::OpenBatch(int most_pending,
+std::shared_ptr<BatchState> CudaExecutor::Impl::StartBatch(int most_pending,
                                                          std::unique_lock<std::mutex>* hold) {
   {
     // Executor::Submit's contract: blocks while max_in_flight() batches run. Run waits for all
@@ -223,39 +223,32 @@ void CudaExecutor::Impl::PlanRequests(BatchState& state, int first) {
 }
 
 Status CudaExecutor::Impl::SubmitPart(Batch part) {
-  const int parted = open_state != nullptr ? static_cast<int>(open_state->batch.requests.size()) : 0;
-  ATTNRT_RETURN_IF_ERROR(ValidatePart(part, options.max_batch_size, parted));
-  if (open_state == nullptr) {
-    open_state = OpenBatch(static_cast<int>(buffers.size()), &open_hold);
-  }
-  open_state->batch.requests.insert(open_state->batch.requests.end(), part.requests.begin(),
-                                    part.requests.end());
-  PlanRequests(*open_state, parted);
-  open_state->planned_ahead_us = open_state->plan_us;
+  const int parted = open_batch.parted();
+  const int most_pending = static_cast<int>(buffers.size());
+  ATTNRT_RETURN_IF_ERROR(open_batch.Add(part, options.max_batch_size,
+                                        [&](std::unique_lock<std::mutex>* hold) {
+                                          return StartBatch(most_pending, hold);
+                                        }));
+  BatchState& state = open_batch.state();
+  PlanRequests(state, parted);
+  state.planned_ahead_us = state.plan_us;
   return Status::Ok();
 }
 
 Status CudaExecutor::Impl::Submit(Batch batch, BatchDoneFn done, Completer completer) {
-  if (completer == Completer::kCaller && open_state != nullptr) {
+  if (completer == Completer::kCaller && open_batch.is_open()) {
     return FailedPreconditionError("Run while a batch is open (SubmitPart); Submit closes it");
   }
-  const int parted = open_state != nullptr ? static_cast<int>(open_state->batch.requests.size()) : 0;
+  const int parted = open_batch.parted();
   ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options.max_batch_size, parted));
   if (!done) return InvalidArgumentError("done is empty");
-  std::shared_ptr<BatchState> state;
   std::unique_lock<std::mutex> hold;
-  if (open_state != nullptr) {
-    state = std::move(open_state);
-    hold = std::move(open_hold);
-    state->batch.requests.insert(state->batch.requests.end(), batch.requests.begin(),
-                                 batch.requests.end());
-    state->batch.ready_event = batch.ready_event;
-    state->plan_us = 0.0;  // what is left for this call: the parts were planned ahead
-  } else {
-    state = OpenBatch(completer == Completer::kCaller ? 1 : static_cast<int>(buffers.size()),
-                      &hold);
-    state->batch = std::move(batch);
-  }
+  const int most_pending =
+      completer == Completer::kCaller ? 1 : static_cast<int>(buffers.size());
+  std::shared_ptr<BatchState> state = open_batch.Close(
+      std::move(batch), &hold,
+      [&](std::unique_lock<std::mutex>* h) { return StartBatch(most_pending, h); });
+  state->plan_us = 0.0;  // what is left for this call (the parts, if any, were planned ahead)
   PlanRequests(*state, parted);
   BatchPlan& plan = state->plan;
   state->done = std::move(done);

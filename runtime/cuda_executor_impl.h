@@ -387,17 +387,12 @@ struct CudaExecutor::Impl {
   // into them are checked by a range lookup, not a driver call each.
   std::unique_ptr<KnownDeviceAllocations> known_allocations =
       std::make_unique<KnownDeviceAllocations>();
-  // The batch being formed through SubmitPart and the submission lock it holds until the
-  // Submit that closes it (the submitting thread's alone).
-  std::shared_ptr<BatchState> open_state;
-  std::unique_lock<std::mutex> open_hold;
+  OpenBatch<std::shared_ptr<BatchState>> open_batch;  // the batch being formed through SubmitPart
 
   ~Impl() {
-    if (open_state != nullptr) {
+    if (open_batch.is_open()) {
       Logger().warn("cuda executor: destroyed with a batch of {} requests open (SubmitPart "
-                    "without Submit); dropped", open_state->batch.requests.size());
-      open_hold = {};
-      open_state.reset();
+                    "without Submit); dropped", open_batch.Drop());
     }
     if (completion_thread.joinable()) {
       WaitAll();
@@ -494,7 +489,7 @@ struct CudaExecutor::Impl {
   Status SubmitPart(Batch part);
   // A new batch's state, once fewer than `most_pending` batches are pending, with the
   // submission lock taken into *hold.
-  std::shared_ptr<BatchState> OpenBatch(int most_pending, std::unique_lock<std::mutex>* hold);
+  std::shared_ptr<BatchState> StartBatch(int most_pending, std::unique_lock<std::mutex>* hold);
   // Plans requests [first, end) of state.batch onto its plan and applies their copy-on-write
   // copies (a failed copy fails every request of the batch); adds the time to state.plan_us.
   void PlanRequests(BatchState& state, int first);
