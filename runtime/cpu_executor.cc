@@ -63,7 +63,7 @@ CpuExecutor::~CpuExecutor() {
   worker_.join();
 }
 
-std::unique_ptr<CpuExecutor::Job> CpuExecutor::OpenJob(std::unique_lock<std::mutex>* hold) {
+std::unique_ptr<CpuExecutor::Job> CpuExecutor::StartJob(std::unique_lock<std::mutex>* hold) {
   *hold = planner_.LockSubmission();  // until Submit queues the job (batch_plan.h)
   return std::make_unique<Job>();
 }
@@ -71,7 +71,7 @@ std::unique_ptr<CpuExecutor::Job> CpuExecutor::OpenJob(std::unique_lock<std::mut
 Status CpuExecutor::SubmitPart(Batch part) {
   const int parted = open_.parted();
   ATTNRT_RETURN_IF_ERROR(open_.Add(part, options_.max_batch_size,
-                                   [this](std::unique_lock<std::mutex>* h) { return OpenJob(h); }));
+                                   [this](std::unique_lock<std::mutex>* h) { return StartJob(h); }));
   planner_.PlanFrom(open_.state().batch, parted, &open_.state().plan, options_.max_batch_size);
   return Status::Ok();
 }
@@ -93,7 +93,7 @@ Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
 
   std::unique_lock<std::mutex> hold;  // until the job is queued (batch_plan.h)
   std::unique_ptr<Job> job = open_.Close(
-      std::move(batch), &hold, [this](std::unique_lock<std::mutex>* h) { return OpenJob(h); });
+      std::move(batch), &hold, [this](std::unique_lock<std::mutex>* h) { return StartJob(h); });
   planner_.PlanFrom(job->batch, parted, &job->plan);
   // Snapshot the metadata now: later Submits move the table on.
   const int mb = options_.shape.max_blocks_per_sequence();

@@ -84,7 +84,7 @@ class CpuExecutor final : public Executor {
 
   CpuExecutor(const CpuExecutorOptions& options, std::unique_ptr<kvcache::KvCache> cache);
   // A fresh job, the submission lock taken into `hold`.
-  std::unique_ptr<Job> OpenJob(std::unique_lock<std::mutex>* hold);
+  std::unique_ptr<Job> StartJob(std::unique_lock<std::mutex>* hold);
   void WorkerLoop();
   Status RunJob(Job& job);
 
