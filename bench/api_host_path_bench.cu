@@ -629,6 +629,7 @@ enum class B1Call {
   kFuture,        // Submit -> future.get()
   kCallbackSpin,  // Submit with a callback; the caller spins on a flag it sets
   kDecode,        // Runtime::Decode (inline on the caller's thread: the runtime is idle)
+  kDecodeOut,     // the same, the output written to the caller's DecodeRequest::out
 };
 
 const char* B1CallName(B1Call call) {
@@ -636,6 +637,7 @@ const char* B1CallName(B1Call call) {
     case B1Call::kFuture: return "";
     case B1Call::kCallbackSpin: return " callback";
     case B1Call::kDecode: return " Decode";
+    case B1Call::kDecodeOut: return " Decode (caller's out)";
   }
   return "";
 }
@@ -649,7 +651,7 @@ LatencyUs MeasureB1(bool graphs, int iterations, B1Call call = B1Call::kFuture,
                                             kSequences, variation);
   testing::NormalRng rng(5);
   const std::size_t qn = std::size_t(kHeads) * kHeadDim;
-  std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size());
+  std::vector<Half> q(qn), k(shape.kv_token_elems()), v(k.size()), out(qn);
   testing::FillNormal(q, rng);
   testing::FillNormal(k, rng);
   testing::FillNormal(v, rng);
@@ -662,9 +664,10 @@ LatencyUs MeasureB1(bool graphs, int iterations, B1Call call = B1Call::kFuture,
   for (int i = 0; i < iterations + 100; ++i) {
     DecodeRequest r{.sequence_id = static_cast<std::uint64_t>(i % kSequences),
                     .layer = (i / kSequences) % shape.num_layers, .q = q, .k = k, .v = v};
+    if (call == B1Call::kDecodeOut) r.out = out.data();
     const Clock::time_point t0 = Clock::now();
     DecodeResult res;
-    if (call == B1Call::kDecode) {
+    if (call == B1Call::kDecode || call == B1Call::kDecodeOut) {
       res = rt->Decode(r);
     } else if (call == B1Call::kCallbackSpin) {
       std::atomic<bool> done{false};
@@ -1704,6 +1707,11 @@ int Run(const Options& o) {
                 decode.p99, decode.p50 / floor1.p50);
     std::printf("%-34s %10.2f %10.2f %8.2f\n", "runtime B=1 eager (Decode)", decode_eager.p50,
                 decode_eager.p99, decode_eager.p50 / floor1.p50);
+    // The output into the caller's buffer (DecodeRequest::out): no result vector allocated and
+    // zeroed per call.
+    const LatencyUs decode_out = MeasureB1(true, iters, B1Call::kDecodeOut);
+    std::printf("%-34s %10.2f %10.2f %8.2f\n", "  Decode into the caller's out", decode_out.p50,
+                decode_out.p99, decode_out.p50 / floor1.p50);
     executor1 = MeasureExecutorB1(iters);
     executor_run = MeasureExecutorB1(iters, {.run = true});
     callback1 = MeasureB1(true, iters, B1Call::kCallbackSpin);

@@ -24,8 +24,8 @@
 // BM_DecodeInline: one caller's Scheduler::Decode over a FakeExecutor that runs the batch on the
 // calling thread at once (run_inline, outputs written), so the time per call is what Decode adds
 // around a CUDA executor's Run (validation with and without check_finite, the sequence lookup,
-// the inline route's counters and metrics, the result's output), beside `run_ns`, the fake's
-// Run of the same one-request batch alone.
+// the inline route's counters and metrics, the result's output or the caller's), beside
+// `run_ns`, the fake's Run of the same one-request batch alone.
 #include <benchmark/benchmark.h>
 
 #include <pthread.h>
@@ -249,10 +249,12 @@ BENCHMARK(BM_Intake)
     ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 
-// Args: check_finite (0/1), shape (0 small, 1 8b, 2 mha).
+// Args: check_finite (0/1), shape (0 small, 1 8b, 2 mha), output to the caller's `out` (0:
+// DecodeResult::output, allocated and zeroed per call; 1: DecodeRequest::out).
 void BM_DecodeInline(benchmark::State& state) {
   const bool check_finite = state.range(0) != 0;
   const ModelShape shape = ShapeFor(static_cast<int>(state.range(1)));
+  const bool callers_out = state.range(2) != 0;
   constexpr int kDecodeSequences = 4;
   testing::FakeExecutorOptions eo;
   eo.shape = shape;
@@ -272,9 +274,10 @@ void BM_DecodeInline(benchmark::State& state) {
   const std::vector<Half>& q = tensors.q;
   const std::vector<Half>& k = tensors.k;
   const std::vector<Half>& v = tensors.v;
-  std::vector<Half> out(q.size());
+  std::vector<Half> out(q.size()), callers(q.size());
   auto request = [&](std::int64_t i) {
     DecodeRequest r;
+    if (callers_out) r.out = callers.data();
     r.sequence_id = static_cast<std::uint64_t>(i % kDecodeSequences);
     r.layer = static_cast<int>((i / kDecodeSequences) % shape.num_layers);
     r.q = q;
@@ -307,6 +310,7 @@ void BM_DecodeInline(benchmark::State& state) {
       return;
     }
     benchmark::DoNotOptimize(r.output.data());
+    benchmark::DoNotOptimize(callers.data());
   }
   if (scheduler->Metrics().decoded_inline != static_cast<std::uint64_t>(i)) {
     state.SkipWithError("a Decode did not run inline");
@@ -316,8 +320,8 @@ void BM_DecodeInline(benchmark::State& state) {
 }
 
 BENCHMARK(BM_DecodeInline)
-    ->ArgNames({"check_finite", "shape"})
-    ->ArgsProduct({{0, 1}, {0, 2}})
+    ->ArgNames({"check_finite", "shape", "out"})
+    ->ArgsProduct({{0, 1}, {0, 2}, {0, 1}})
     ->Unit(benchmark::kNanosecond);
 
 }  // namespace
