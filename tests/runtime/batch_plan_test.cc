@@ -1,8 +1,11 @@
 // BatchPlanner::Plan on its own: a (sequence, layer) twice in one batch is refused from its
 // second request on, whatever the ids (colliding hashes included) and however large the batch;
 // the pairs of one batch never count against the next; block rows come from the planned entries.
+// OpenBatch, the executors' batch formed in parts.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -118,6 +121,69 @@ TEST_F(BatchPlanTest, BlockRowsAreTheTablesOfThePlannedSequences) {
   EXPECT_EQ(rows[3], -1);  // past ceil(11 / 4): untouched
   EXPECT_EQ(rows[stride], blocks3[0]);
   EXPECT_EQ(rows[stride + 1], -1);
+}
+
+// OpenBatch: the first part opens the batch (taking the lock once), later parts append, a
+// malformed part changes nothing, Close hands the batch and the lock over with the closing
+// requests appended (ready_event too), and with none open makes a fresh batch; Drop releases
+// the lock.
+TEST_F(BatchPlanTest, OpenBatchOpensOnceAppendsClosesAndDrops) {
+  struct State {
+    Batch batch;
+    BatchPlan plan;
+  };
+  std::mutex submission;
+  int opened = 0;
+  auto open = [&](std::unique_lock<std::mutex>* hold) {
+    *hold = std::unique_lock<std::mutex>(submission);
+    ++opened;
+    return std::make_unique<State>();
+  };
+  OpenBatch<std::unique_ptr<State>> open_batch;
+  EXPECT_FALSE(open_batch.is_open());
+  EXPECT_EQ(open_batch.parted(), 0);
+
+  ASSERT_TRUE(open_batch.Add(Requests({{1, 0}, {2, 0}}), 8, open).ok());
+  ASSERT_TRUE(open_batch.Add(Requests({{3, 0}}), 8, open).ok());
+  EXPECT_EQ(opened, 1);
+  EXPECT_EQ(open_batch.parted(), 3);
+  EXPECT_FALSE(submission.try_lock());  // held by the open batch
+  // Malformed parts: empty, past max_batch_size, with a ready_event. Nothing changes.
+  EXPECT_EQ(open_batch.Add(Batch{}, 8, open).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(open_batch.Add(Requests({{4, 0}, {5, 0}}), 4, open).code(),
+            StatusCode::kInvalidArgument);
+  Batch with_event = Requests({{6, 0}});
+  with_event.ready_event = reinterpret_cast<DeviceEvent>(0x10);
+  EXPECT_EQ(open_batch.Add(with_event, 8, open).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(open_batch.parted(), 3);
+
+  Batch closing = Requests({{7, 1}});
+  closing.ready_event = reinterpret_cast<DeviceEvent>(0x20);
+  std::unique_lock<std::mutex> hold;
+  std::unique_ptr<State> state = open_batch.Close(std::move(closing), &hold, open);
+  EXPECT_EQ(opened, 1);
+  EXPECT_TRUE(hold.owns_lock());
+  EXPECT_FALSE(open_batch.is_open());
+  ASSERT_EQ(state->batch.requests.size(), 4u);
+  const SequenceId order[] = {1, 2, 3, 7};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(state->batch.requests[i].sequence_id, order[i]);
+  EXPECT_EQ(state->batch.ready_event, reinterpret_cast<DeviceEvent>(0x20));
+  hold.unlock();
+
+  // None open: a fresh batch holding the closing requests, the lock taken.
+  state = open_batch.Close(Requests({{8, 0}}), &hold, open);
+  EXPECT_EQ(opened, 2);
+  EXPECT_TRUE(hold.owns_lock());
+  ASSERT_EQ(state->batch.requests.size(), 1u);
+  EXPECT_EQ(state->batch.requests[0].sequence_id, 8u);
+  hold.unlock();
+
+  // Drop: the requests handed over so far, the lock released.
+  ASSERT_TRUE(open_batch.Add(Requests({{9, 0}, {10, 0}}), 8, open).ok());
+  EXPECT_EQ(open_batch.Drop(), 2);
+  EXPECT_FALSE(open_batch.is_open());
+  EXPECT_TRUE(submission.try_lock());
+  submission.unlock();
 }
 
 }  // namespace
