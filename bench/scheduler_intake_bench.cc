@@ -270,19 +270,16 @@ void BM_DecodeInline(benchmark::State& state) {
   o.check_finite = check_finite;
   std::unique_ptr<Scheduler> scheduler = CreateOrSkip(state, o, &executor);
   if (scheduler == nullptr) return;
-  const RequestTensors tensors(shape);
-  const std::vector<Half>& q = tensors.q;
-  const std::vector<Half>& k = tensors.k;
-  const std::vector<Half>& v = tensors.v;
-  std::vector<Half> out(q.size()), callers(q.size());
+  const RequestTensors t(shape);
+  std::vector<Half> out(t.q.size()), callers(t.q.size());
   auto request = [&](std::int64_t i) {
     DecodeRequest r;
     if (callers_out) r.out = callers.data();
     r.sequence_id = static_cast<std::uint64_t>(i % kDecodeSequences);
     r.layer = static_cast<int>((i / kDecodeSequences) % shape.num_layers);
-    r.q = q;
-    r.k = k;
-    r.v = v;
+    r.q = t.q;
+    r.k = t.k;
+    r.v = t.v;
     return r;
   };
   // The fake's Run alone, for the same one-request batch (the executor's share of each call).
@@ -292,7 +289,7 @@ void BM_DecodeInline(benchmark::State& state) {
     runtime::Batch batch;
     batch.requests.push_back({.sequence_id = static_cast<std::uint64_t>(i % kDecodeSequences),
                               .layer = (i / kDecodeSequences) % shape.num_layers,
-                              .q = q.data(), .k = k.data(), .v = v.data(),
+                              .q = t.q.data(), .k = t.k.data(), .v = t.v.data(),
                               .out = out.data()});
     auto statuses = executor.Run(std::move(batch));
     if (!statuses.ok() || !(*statuses)[0].ok()) {
