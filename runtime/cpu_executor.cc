@@ -76,11 +76,33 @@ Status CpuExecutor::SubmitPart(Batch part) {
   return Status::Ok();
 }
 
+// On the calling thread, as the CUDA executor's Run: after every batch submitted before it, with
+// the submission lock held throughout (no sequence call lands between its plan and its run, and
+// none while it writes the cache), no hand-off to the worker and back.
 StatusOr<std::vector<Status>> CpuExecutor::Run(Batch batch) {
   if (open_.is_open()) {
     return FailedPreconditionError("Run while a batch is open (SubmitPart); Submit closes it");
   }
-  return Executor::Run(std::move(batch));
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size));
+  if (batch.ready_event != nullptr) {
+    return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
+  }
+  Wait();  // the worker is idle from here: Submit is never called beside Run
+  std::unique_lock<std::mutex> hold = planner_.LockSubmission();
+  Job job;
+  job.batch = std::move(batch);
+  PlanJob(job, 0);
+  {
+    MutexLock lock(&mu_);
+    ++pending_;  // Wait() from another thread (Prefill's, Drain's) waits for this batch too
+  }
+  std::vector<Status> statuses = Execute(job);
+  {
+    MutexLock lock(&mu_);
+    --pending_;
+  }
+  cv_.NotifyAll();
+  return statuses;
 }
 
 Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
@@ -94,25 +116,7 @@ Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
   std::unique_lock<std::mutex> hold;  // until the job is queued (batch_plan.h)
   std::unique_ptr<Job> job = open_.Close(
       std::move(batch), &hold, [this](std::unique_lock<std::mutex>* h) { return StartJob(h); });
-  planner_.PlanFrom(job->batch, parted, &job->plan);
-  // Snapshot the metadata now: later Submits move the table on.
-  const int mb = options_.shape.max_blocks_per_sequence();
-  std::vector<PlannedRequest> live;
-  live.reserve(job->plan.live.size());
-  job->block_tables.assign(job->plan.live.size() * static_cast<std::size_t>(mb), -1);
-  for (const PlannedRequest& p : job->plan.live) {
-    const BatchRequest& r = job->batch.requests[p.index];
-    Status row =
-        planner_.FillBlockRow(job->batch, p, job->block_tables.data() + live.size() * mb);
-    if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
-      job->plan.statuses[p.index] = row;
-      continue;
-    }
-    job->kv_lengths.push_back(p.kv_length);
-    job->layers.push_back(r.layer);
-    live.push_back(p);
-  }
-  job->plan.live = std::move(live);
+  PlanJob(*job, parted);
   job->done = std::move(done);
 
   MutexLock lock(&mu_);
@@ -134,34 +138,62 @@ void CpuExecutor::WorkerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    Status run;
-    if (!job->plan.live.empty() && faults_->launch.Hit()) {
-      run = InternalError("injected launch failure (FaultInjection::launch)");
-      job->plan.copies_applied = job->plan.copies.empty();
-    } else {
-      run = RunJob(*job);
-    }
-    if (run.ok() && faults_->batch.Hit()) {
-      run = InternalError("injected batch failure (FaultInjection::batch)");
-    }
-    if (!run.ok()) {
-      Logger().error("cpu executor: a batch of {} requests failed: {}", job->plan.live.size(),
-                     run.ToString());
-      for (const PlannedRequest& p : job->plan.live) {
-        if (job->plan.statuses[p.index].ok()) job->plan.statuses[p.index] = run;
-      }
-    }
-    planner_.Settle(job->batch, &job->plan);
-    job->done(std::move(job->plan.statuses));
+    job->done(Execute(*job));
     {
       MutexLock lock(&mu_);
-      ++stats_.batches;
-      stats_.requests += static_cast<std::int64_t>(job->batch.requests.size());
-      if (!run.ok()) ++stats_.failed_batches;
       --pending_;
     }
     cv_.NotifyAll();
   }
+}
+
+void CpuExecutor::PlanJob(Job& job, int parted) {
+  planner_.PlanFrom(job.batch, parted, &job.plan);
+  // Snapshot the metadata now: later Submits move the table on.
+  const int mb = options_.shape.max_blocks_per_sequence();
+  std::vector<PlannedRequest> live;
+  live.reserve(job.plan.live.size());
+  job.block_tables.assign(job.plan.live.size() * static_cast<std::size_t>(mb), -1);
+  for (const PlannedRequest& p : job.plan.live) {
+    const BatchRequest& r = job.batch.requests[p.index];
+    Status row = planner_.FillBlockRow(job.batch, p, job.block_tables.data() + live.size() * mb);
+    if (!row.ok()) {  // cannot happen after a successful AppendToken; fail it alone anyway
+      job.plan.statuses[p.index] = row;
+      continue;
+    }
+    job.kv_lengths.push_back(p.kv_length);
+    job.layers.push_back(r.layer);
+    live.push_back(p);
+  }
+  job.plan.live = std::move(live);
+}
+
+std::vector<Status> CpuExecutor::Execute(Job& job) {
+  Status run;
+  if (!job.plan.live.empty() && faults_->launch.Hit()) {
+    run = InternalError("injected launch failure (FaultInjection::launch)");
+    job.plan.copies_applied = job.plan.copies.empty();
+  } else {
+    run = RunJob(job);
+  }
+  if (run.ok() && faults_->batch.Hit()) {
+    run = InternalError("injected batch failure (FaultInjection::batch)");
+  }
+  if (!run.ok()) {
+    Logger().error("cpu executor: a batch of {} requests failed: {}", job.plan.live.size(),
+                   run.ToString());
+    for (const PlannedRequest& p : job.plan.live) {
+      if (job.plan.statuses[p.index].ok()) job.plan.statuses[p.index] = run;
+    }
+  }
+  planner_.Settle(job.batch, &job.plan);
+  {
+    MutexLock lock(&mu_);
+    ++stats_.batches;
+    stats_.requests += static_cast<std::int64_t>(job.batch.requests.size());
+    if (!run.ok()) ++stats_.failed_batches;
+  }
+  return std::move(job.plan.statuses);
 }
 
 Status CpuExecutor::RunJob(Job& job) {

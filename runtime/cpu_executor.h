@@ -51,6 +51,8 @@ class CpuExecutor final : public Executor {
   // Parts are planned as they come (Executor::SubmitPart); the worker runs the batch as one.
   bool accepts_parts() const override { return true; }
   Status SubmitPart(Batch part) override;
+  // Runs the batch on the calling thread once every earlier batch is done (no hand-off to the
+  // worker and back).
   StatusOr<std::vector<Status>> Run(Batch batch) override;
   void Wait() override;
 
@@ -86,6 +88,12 @@ class CpuExecutor final : public Executor {
   // A fresh job, the submission lock taken into `hold`.
   std::unique_ptr<Job> StartJob(std::unique_lock<std::mutex>* hold);
   void WorkerLoop();
+  // Plans the job's requests from `parted` on (the parts before were planned as they came) and
+  // snapshots their block rows, lengths and layers (later batches move the table on).
+  void PlanJob(Job& job, int parted);
+  // Runs a planned job (injected faults, RunJob), settles its tokens and counts it: its
+  // per-request statuses. On the worker for Submit's jobs, on the caller's thread for Run's.
+  std::vector<Status> Execute(Job& job);
   Status RunJob(Job& job);
 
   const CpuExecutorOptions options_;

@@ -141,7 +141,8 @@ class Executor {
   // caller that wants the result on its own thread. Called like Submit (one thread at a time,
   // never beside a Submit); it waits for batches submitted earlier. The CUDA executor plans,
   // launches, waits for the GPU and copies the outputs on the calling thread (no hand-off to
-  // its launcher or completion thread); this default submits and waits.
+  // its launcher or completion thread), the CPU executor plans and computes there; this default
+  // submits and waits.
   virtual StatusOr<std::vector<Status>> Run(Batch batch) {
     std::promise<std::vector<Status>> done;
     std::future<std::vector<Status>> result = done.get_future();

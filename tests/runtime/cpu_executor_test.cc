@@ -46,8 +46,8 @@ TEST(CpuExecutorTest, RandomBatchesMatchDenseReference) {
   EXPECT_EQ(ex->stats().failed_batches, 0);
 }
 
-// Executor::Run (the default: Submit and wait): the statuses of the batch, outputs in place;
-// a malformed batch returns Submit's error.
+// Executor::Run (on the calling thread): the statuses of the batch, outputs in place; a
+// malformed batch returns Submit's error.
 TEST(CpuExecutorTest, RunReturnsEachRequestsStatusWithItsOutput) {
   auto ex = MakeExecutor(/*num_blocks=*/512, /*max_batch_size=*/8);
   RandomWorkload w(*ex, 13);
@@ -65,7 +65,46 @@ TEST(CpuExecutorTest, RunReturnsEachRequestsStatusWithItsOutput) {
   StatusOr<std::vector<Status>> empty = ex->Run(Batch{});
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("0 requests"), std::string::npos);
-  ex->Wait();  // the worker counts a batch after its callback returned
+  EXPECT_EQ(ex->stats().batches, 6);  // counted before Run returns
+}
+
+// Run after batches submitted without waiting, on the same sequences: it runs after all of them
+// (its outputs attend over their tokens); an injected batch failure inside Run fails its
+// requests alone and is counted; Submit works again after it.
+TEST(CpuExecutorTest, RunFollowsEarlierBatchesAndReportsItsFailure) {
+  auto ex = MakeExecutor(/*num_blocks=*/512, /*max_batch_size=*/8);
+  RandomWorkload w(*ex, 17);
+  w.AddSequences(3, 30);
+  std::vector<std::vector<OwnedRequest>> pipelined;
+  std::atomic<int> done{0};
+  for (int step = 0; step < 4; ++step) {
+    pipelined.push_back(w.MakeBatch(3));  // every sequence, layer 0 .. : all in each batch
+    ASSERT_TRUE(ex->Submit(RandomWorkload::ToBatch(pipelined.back()),
+                           [&](std::vector<Status> st) {
+                             for (const Status& x : st) EXPECT_TRUE(x.ok()) << x.ToString();
+                             ++done;
+                           })
+                    .ok());
+  }
+  std::vector<OwnedRequest> reqs = w.MakeBatch(3);
+  StatusOr<std::vector<Status>> st = ex->Run(RandomWorkload::ToBatch(reqs));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(done.load(), 4);  // every earlier batch completed before Run returned
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE((*st)[i].ok()) << (*st)[i].ToString();
+    EXPECT_TRUE(MatchesExpected(reqs[i])) << "request " << i;
+  }
+  for (const auto& batch : pipelined) {
+    for (const OwnedRequest& r : batch) EXPECT_TRUE(MatchesExpected(r));
+  }
+
+  ex->faults().batch.Arm(1);
+  std::vector<OwnedRequest> failing = w.MakeBatch(2);
+  st = ex->Run(RandomWorkload::ToBatch(failing));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->size(), 2u);
+  for (const Status& x : *st) EXPECT_EQ(x.code(), StatusCode::kInternal) << x.ToString();
+  EXPECT_EQ(ex->stats().failed_batches, 1);
   EXPECT_EQ(ex->stats().batches, 6);
 }
 
