@@ -40,35 +40,18 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 old_tree=$(cd "$old_tree" && pwd)
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 cd "$root" || exit 2
-arch=${CMAKE_CUDA_ARCHITECTURES:-90}
-jobs=${JOBS:-$(nproc)}
-cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNRT_DCHECKS=OFF)
 old_build=$(mktemp -d /tmp/host-ab-old.XXXXXX)
-cmake -S "$old_tree" -B "$old_build" "${cfg[@]}" > "$out/cfg_old.log" 2>&1 &&
-  cmake -S . -B build-ab-host "${cfg[@]}" > "$out/cfg_new.log" 2>&1 ||
-  { echo "host-ab.sh: configure failed ($out/cfg_*.log)" >&2; exit 1; }
-cmake --build "$old_build" -j $(( (jobs + 2) / 3 )) --target api_host_path_bench \
-  > "$out/build_old.log" 2>&1 &
-old_pid=$!
-# shellcheck disable=SC2086
-cmake --build build-ab-host -j "$jobs" --target api_host_path_bench $targets > "$out/build_new.log" 2>&1
-new_rc=$?
-wait $old_pid
-old_rc=$?
-if [ $new_rc -ne 0 ] || [ $old_rc -ne 0 ]; then
-  echo "host-ab.sh: build failed (new rc=$new_rc, old rc=$old_rc; $out/build_*.log)" >&2; exit 1
-fi
+# shellcheck source=ab_lib.sh
+source "$root/scripts/ab_lib.sh"
+ab_build host-ab.sh "$old_tree" "$old_build" build-ab-host "$out" api_host_path_bench \
+  "api_host_path_bench $targets" || exit 1
+run() {  # SIDE ROUND
+  local bin=build-ab-host/bench/api_host_path_bench
+  [ "$1" = old ] && bin=$old_build/bench/api_host_path_bench
+  "$bin" --sections "$sections" > "$out/$1_$2.txt" 2>&1
+}
 status=0
-for i in $(seq 1 "$rounds"); do
-  for side in old new; do
-    bin=build-ab-host/bench/api_host_path_bench
-    [ $side = old ] && bin=$old_build/bench/api_host_path_bench
-    "$bin" --sections "$sections" > "$out/${side}_$i.txt" 2>&1
-    rc=$?
-    echo "host-ab.sh: $side round $i rc=$rc at $(date -u +%T)"
-    [ $rc -eq 0 ] || status=1
-  done
-done
+ab_alternate host-ab.sh "$rounds" run || status=1
 summary=(python3 bench/host_ab_summary.py "$out")
 [ -n "$rows" ] && summary+=(--rows "$rows")
 "${summary[@]}" | tee "$out/ab.txt" || status=1

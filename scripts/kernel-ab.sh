@@ -46,35 +46,18 @@ cd "$root" || exit 2
 old_tree=$(mktemp -d /tmp/kernel-ab-old.XXXXXX)
 tar --exclude=./bench/results --exclude='./build*' -cf - . | tar -xf - -C "$old_tree"
 rm -rf "$old_tree/kernels" && cp -r "$old_kernels" "$old_tree/kernels"
-arch=${CMAKE_CUDA_ARCHITECTURES:-90}
-jobs=${JOBS:-$(nproc)}
-cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNRT_DCHECKS=OFF)
-cmake -S "$old_tree" -B "$old_tree/build" "${cfg[@]}" > "$out/cfg_old.log" 2>&1 &&
-  cmake -S . -B build-ab-new "${cfg[@]}" > "$out/cfg_new.log" 2>&1 ||
-  { echo "kernel-ab.sh: configure failed ($out/cfg_*.log)" >&2; exit 1; }
-cmake --build "$old_tree/build" -j $(( (jobs + 2) / 3 )) --target kernels_decode_bench \
-  > "$out/build_old.log" 2>&1 &
-old_pid=$!
-# shellcheck disable=SC2086
-cmake --build build-ab-new -j "$jobs" --target kernels_decode_bench $targets > "$out/build_new.log" 2>&1
-new_rc=$?
-wait $old_pid
-old_rc=$?
-if [ $new_rc -ne 0 ] || [ $old_rc -ne 0 ]; then
-  echo "kernel-ab.sh: build failed (new rc=$new_rc, old rc=$old_rc; $out/build_*.log)" >&2; exit 1
-fi
+# shellcheck source=ab_lib.sh
+source "$root/scripts/ab_lib.sh"
+ab_build kernel-ab.sh "$old_tree" "$old_tree/build" build-ab-new "$out" kernels_decode_bench \
+  "kernels_decode_bench $targets" || exit 1
+run() {  # SIDE ROUND
+  local bin=build-ab-new/bench/kernels_decode_bench
+  [ "$1" = old ] && bin=$old_tree/build/bench/kernels_decode_bench
+  "$bin" --blocks "$blocks" --benchmark_filter="$filter" --benchmark_out="$out/$1_$2.json" \
+    --benchmark_out_format=json > "$out/$1_$2.txt" 2>&1
+}
 status=0
-for i in $(seq 1 "$rounds"); do
-  for side in old new; do
-    bin=build-ab-new/bench/kernels_decode_bench
-    [ $side = old ] && bin=$old_tree/build/bench/kernels_decode_bench
-    "$bin" --blocks "$blocks" --benchmark_filter="$filter" --benchmark_out="$out/${side}_$i.json" \
-      --benchmark_out_format=json > "$out/${side}_$i.txt" 2>&1
-    rc=$?
-    echo "kernel-ab.sh: $side round $i rc=$rc at $(date -u +%T)"
-    [ $rc -eq 0 ] || status=1
-  done
-done
+ab_alternate kernel-ab.sh "$rounds" run || status=1
 python3 bench/kernel_ab_summary.py "$out" | tee "$out/ab.txt" || status=1
 rm -rf "$old_tree"
 exit $status
