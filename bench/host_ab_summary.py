@@ -8,10 +8,11 @@ of the same run).
     bench/host_ab_summary.py OUT_DIR [--rows REGEX]
       --rows  only the rows whose name matches REGEX (default: every row)
 """
-import os
 import re
 import statistics
 import sys
+
+from ab_rounds import read_rounds
 
 # "name   p50   p99   p50/floor", the name possibly indented and holding spaces.
 ROW = re.compile(r"^\s*(\S.*?)\s+(-?[0-9]+\.[0-9]+)\s+(-?[0-9]+\.[0-9]+)\s+(-?[0-9]+\.[0-9]+)\s*$")
@@ -45,19 +46,8 @@ def main(argv):
         print(f"host_ab_summary: unexpected arguments {' '.join(rest)} (see --help)",
               file=sys.stderr)
         return 2
-    rounds = {}
-    for f in sorted(os.listdir(out)):
-        m = re.fullmatch(r"(old|new)_(\d+)\.txt", f)
-        if not m:
-            continue
-        found = rows(os.path.join(out, f))
-        if not found:
-            print(f"host_ab_summary: {f} skipped: no latency rows", file=sys.stderr)
-            continue
-        rounds.setdefault(int(m.group(2)), {})[m.group(1)] = found
-    complete = sorted(n for n, sides in rounds.items() if len(sides) == 2)
+    rounds, complete = read_rounds(out, "txt", rows, "host_ab_summary")
     if not complete:
-        print(f"host_ab_summary: no old_N.txt / new_N.txt pair in {out}", file=sys.stderr)
         return 1
     names = []
     for n in complete:

@@ -7,10 +7,11 @@ rounds (< 1: the new tree is faster).
     bench/kernel_ab_summary.py OUT_DIR
 """
 import json
-import os
 import re
 import statistics
 import sys
+
+from ab_rounds import read_rounds
 
 
 def medians(path):
@@ -32,21 +33,8 @@ def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if len(argv) == 2 else 2
-    out = argv[1]
-    rounds = {}
-    for f in sorted(os.listdir(out)):
-        m = re.fullmatch(r"(old|new)_(\d+)\.json", f)
-        if not m:
-            continue
-        try:
-            rows = medians(os.path.join(out, f))
-        except (OSError, ValueError, KeyError) as e:  # a run that failed leaves a cut file
-            print(f"kernel_ab_summary: {f} skipped: {e}", file=sys.stderr)
-            continue
-        rounds.setdefault(int(m.group(2)), {})[m.group(1)] = rows
-    complete = sorted(n for n, sides in rounds.items() if len(sides) == 2)
+    rounds, complete = read_rounds(argv[1], "json", medians, "kernel_ab_summary")
     if not complete:
-        print(f"kernel_ab_summary: no old_N.json / new_N.json pair in {out}", file=sys.stderr)
         return 1
     nan = float("nan")
     names = sorted({name for n in complete for side in rounds[n].values() for name in side})
