@@ -15,7 +15,12 @@ import sys
 
 def read_rounds(out, ext, reader, name):
     rounds = {}
-    for f in sorted(os.listdir(out)):
+    try:
+        files = sorted(os.listdir(out))
+    except OSError as e:
+        print(f"{name}: cannot read {out}: {e.strerror}", file=sys.stderr)
+        return rounds, []
+    for f in files:
         m = re.fullmatch(r"(old|new)_(\d+)\." + re.escape(ext), f)
         if not m:
             continue

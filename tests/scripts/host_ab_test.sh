@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # host_ab_test.sh: bench/host_ab_summary.py over sample api_host_path_bench tables (two rounds:
 # each round's p50, the ratio of the medians, the median p50 / floor, indented rows, a row only
-# one side has, --rows, an output with no rows, no pairs), and scripts/host-ab.sh's argument
+# one side has, --rows, an output with no rows, no pairs, no OUT_DIR), and scripts/host-ab.sh's argument
 # checks (each refused with exit 2 before any build). No GPU.
 set -u
 case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
@@ -45,6 +45,8 @@ check "an output without rows is skipped, named, and its round left out" \
 mkdir -p "$tmp/none"
 python3 "$root/bench/host_ab_summary.py" "$tmp/none" > /dev/null 2>&1
 check "no pairs exits 1" '[ $? -eq 1 ]'
+python3 "$root/bench/host_ab_summary.py" "$tmp/missing" > /dev/null 2> "$tmp/missing.err"
+check "a missing OUT_DIR exits 1, named" '[ $? -eq 1 ] && grep -q "cannot read" "$tmp/missing.err"'
 ab="$root/scripts/host-ab.sh"
 mkdir -p "$tmp/tree/bench" && touch "$tmp/tree/bench/api_host_path_bench.cu"
 check "OUT_DIR missing exits 2" 'bash "$ab" "$tmp/tree" > /dev/null 2>&1; [ $? -eq 2 ]'
