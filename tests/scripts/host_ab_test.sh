@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # host_ab_test.sh: bench/host_ab_summary.py over sample api_host_path_bench tables (two rounds:
 # each round's p50, the ratio of the medians, the median p50 / floor, indented rows, a row only
-# one side has, --rows, an output with no rows, no pairs, no OUT_DIR), and scripts/host-ab.sh's argument
-# checks (each refused with exit 2 before any build). No GPU.
+# one side has, --rows, an output with no rows, no pairs, no OUT_DIR), and scripts/host-ab.sh's
+# argument checks (each refused with exit 2 before any build). No GPU.
 set -u
 case "${1:-}" in -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 # shellcheck source=script_checks.sh
