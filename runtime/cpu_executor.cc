@@ -63,6 +63,14 @@ CpuExecutor::~CpuExecutor() {
   worker_.join();
 }
 
+Status CpuExecutor::CheckBatch(const Batch& batch, int parted) const {
+  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size, parted));
+  if (batch.ready_event != nullptr) {
+    return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
+  }
+  return Status::Ok();
+}
+
 std::unique_ptr<CpuExecutor::Job> CpuExecutor::StartJob(std::unique_lock<std::mutex>* hold) {
   *hold = planner_.LockSubmission();  // until Submit queues the job (batch_plan.h)
   return std::make_unique<Job>();
@@ -83,10 +91,7 @@ StatusOr<std::vector<Status>> CpuExecutor::Run(Batch batch) {
   if (open_.is_open()) {
     return FailedPreconditionError("Run while a batch is open (SubmitPart); Submit closes it");
   }
-  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size));
-  if (batch.ready_event != nullptr) {
-    return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
-  }
+  ATTNRT_RETURN_IF_ERROR(CheckBatch(batch, 0));
   Wait();  // the worker is idle from here: Submit is never called beside Run
   std::unique_lock<std::mutex> hold = planner_.LockSubmission();
   Job job;
@@ -107,10 +112,7 @@ StatusOr<std::vector<Status>> CpuExecutor::Run(Batch batch) {
 
 Status CpuExecutor::Submit(Batch batch, BatchDoneFn done) {
   const int parted = open_.parted();
-  ATTNRT_RETURN_IF_ERROR(ValidateBatchShape(batch, options_.max_batch_size, parted));
-  if (batch.ready_event != nullptr) {
-    return InvalidArgumentError("ready_event is set; the CPU executor has no device events");
-  }
+  ATTNRT_RETURN_IF_ERROR(CheckBatch(batch, parted));
   if (!done) return InvalidArgumentError("done is empty");
 
   std::unique_lock<std::mutex> hold;  // until the job is queued (batch_plan.h)

@@ -85,6 +85,8 @@ class CpuExecutor final : public Executor {
   };
 
   CpuExecutor(const CpuExecutorOptions& options, std::unique_ptr<kvcache::KvCache> cache);
+  // Submit's and Run's checks of a closing batch after `parted` requests handed over in parts.
+  Status CheckBatch(const Batch& batch, int parted) const;
   // A fresh job, the submission lock taken into `hold`.
   std::unique_ptr<Job> StartJob(std::unique_lock<std::mutex>* hold);
   void WorkerLoop();

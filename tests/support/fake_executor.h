@@ -171,10 +171,7 @@ class FakeExecutor final : public runtime::Executor {
       }
     }
     const int n = static_cast<int>(batch.requests.size());
-    if (n == 0 || n > options_.max_batch_size) {
-      return InvalidArgumentError("batch has " + std::to_string(n) + " requests, expected [1, " +
-                                  std::to_string(options_.max_batch_size) + "]");
-    }
+    ATTNRT_RETURN_IF_ERROR(CheckBatchSize(n));
     std::unique_lock<std::mutex> lock(mu_);
     if (fail_next_submit_) {
       Status s = std::move(*fail_next_submit_);
@@ -208,10 +205,7 @@ class FakeExecutor final : public runtime::Executor {
   StatusOr<std::vector<Status>> Run(runtime::Batch batch) override {
     if (!options_.run_inline) return Executor::Run(std::move(batch));
     const int n = static_cast<int>(batch.requests.size());
-    if (n == 0 || n > options_.max_batch_size) {
-      return InvalidArgumentError("batch has " + std::to_string(n) + " requests, expected [1, " +
-                                  std::to_string(options_.max_batch_size) + "]");
-    }
+    ATTNRT_RETURN_IF_ERROR(CheckBatchSize(n));
     std::map<runtime::SequenceId, Status> failing;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -365,6 +359,14 @@ class FakeExecutor final : public runtime::Executor {
       if (b >= n) return b;
     }
     return n;
+  }
+
+  Status CheckBatchSize(int n) const {
+    if (n == 0 || n > options_.max_batch_size) {
+      return InvalidArgumentError("batch has " + std::to_string(n) + " requests, expected [1, " +
+                                  std::to_string(options_.max_batch_size) + "]");
+    }
+    return Status::Ok();
   }
 
   // Each request's token and output (out = q, lse[h] = layer * 1000 + h), or its sequence's
