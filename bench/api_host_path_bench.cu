@@ -50,7 +50,6 @@
 
 #include <attnrt/runtime.h>
 #include "api/internal/cuda_check.h"
-#include "kernels/batch_io.h"
 #include "kernels/decode.h"
 #include "runtime/cuda_executor.h"
 #include "tests/support/random_fp16.h"
@@ -354,9 +353,6 @@ LatencyUs MeasureFloor(int b, int iterations, bool kernel_copies = false,
 // write-combined.
 enum class HostTraffic { kNone, kWriteInReadOut, kWriteCombinedIn };
 
-// Where the host's pack of a B=1 step goes relative to the launch (StepFloor::pack).
-enum class TimedPack { kNone, kBeforeLaunch, kAfterLaunch };
-
 // The variants of MeasureFloorWithDecode.
 struct StepFloor {
   StepIo io = StepIo::kMemcpyNodes;
@@ -367,21 +363,7 @@ struct StepFloor {
   // waits for a piece's `done`).
   Await await = Await::kStreamSync;
   HostTraffic host = HostTraffic::kNone;
-  // The host's part of a B=1 step inside the timed window (copy kernels only): none (the rows
-  // above), or q/k/v copied from ordinary memory into the staging and the outputs copied back
-  // out after the sync, with `host_work_us` of spinning beside the copy (the scheduler's
-  // validation and the plan), either before the launch or after it with the graph's first
-  // kernel waiting for the host's release (kernels::StagingRelease).
-  TimedPack pack = TimedPack::kNone;
-  double host_work_us = 0.0;
 };
-
-void SpinFor(double us) {
-  const Clock::time_point until =
-      Clock::now() + std::chrono::nanoseconds(static_cast<long long>(us * 1000.0));
-  while (Clock::now() < until) {
-  }
-}
 
 // The same round trip with the real step in place of the trivial kernel: H2D of the metadata
 // (length, layer, block table) and q/k/v, the default decode path's append + decode over a
@@ -477,24 +459,7 @@ LatencyUs MeasureFloorWithDecode(int iterations, const StepFloor& f = {}) {
     Check(cudaEventCreateWithFlags(&computed, cudaEventDisableTiming), "event");
     Check(cudaEventRecord(previous, rt.stream), "event record");
   }
-  const bool released = f.pack == TimedPack::kAfterLaunch;
-  if (f.pack != TimedPack::kNone && io != StepIo::kCopyKernels) {
-    Die("floor with decode: a timed pack needs copy kernels");
-  }
-  kernels::StagingRelease* release = nullptr;
-  if (released) {
-    Check(cudaHostAlloc(&release, sizeof(*release), cudaHostAllocMapped), "cudaHostAlloc(release)");
-    *release = {};
-  }
   rt.Capture(io != StepIo::kMemcpyNodes, [&](cudaStream_t stream) {
-    if (released) {
-      if (Status s = kernels::LaunchCopyAfterRelease(rt.h_in, rt.d_in, copy_in, release,
-                                                     sizeof(std::int32_t),
-                                                     std::chrono::milliseconds(100), stream);
-          !s.ok()) {
-        Die("copy after release: " + s.ToString());
-      }
-    }
     if (order_events) {
       Check(cudaStreamWaitEvent(stream, previous, cudaEventWaitExternal), "event wait node");
     }
@@ -506,45 +471,15 @@ LatencyUs MeasureFloorWithDecode(int iterations, const StepFloor& f = {}) {
       Check(cudaEventRecordWithFlags(computed, stream, cudaEventRecordExternal),
             "event record node");
     }
-  }, released ? 0 : copy_in, /*copy_out=*/!zero_copy_data);
+  }, copy_in, /*copy_out=*/!zero_copy_data);
   std::vector<unsigned char> out_seen(rt.out_bytes);
-  LatencyUs latency;
-  if (f.pack == TimedPack::kNone) {
-    latency = TimeReplays(rt.exec, rt.stream, iterations, [&](int i) {
-      meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
-      if (f.host != HostTraffic::kNone) {
-        std::memcpy(rt.h_in + q_at, qkv.data(), qkv.size() * sizeof(Half));
-        std::memcpy(out_seen.data(), rt.h_out, rt.out_bytes);
-      }
-    }, f.await);
-  } else {
-    // As an executor's step would: the pack (and the spin standing for the host's other work)
-    // before the launch, or after it and then the release; the copy-out after the sync.
-    std::vector<double> us;
-    us.reserve(iterations);
-    for (int i = 0; i < iterations + 100; ++i) {
-      meta[1] = i % shape.num_layers;
-      if (released) std::atomic_ref<unsigned>(release->ready).store(0, std::memory_order_relaxed);
-      const Clock::time_point t0 = Clock::now();
-      if (released) Check(cudaGraphLaunch(rt.exec, rt.stream), "graph launch");
+  const LatencyUs latency = TimeReplays(rt.exec, rt.stream, iterations, [&](int i) {
+    meta[1] = i % shape.num_layers;  // read by the H2D node of this replay
+    if (f.host != HostTraffic::kNone) {
       std::memcpy(rt.h_in + q_at, qkv.data(), qkv.size() * sizeof(Half));
-      SpinFor(f.host_work_us);
-      if (released) {
-        std::atomic_ref<unsigned>(release->ready).store(1, std::memory_order_release);
-      } else {
-        Check(cudaGraphLaunch(rt.exec, rt.stream), "graph launch");
-      }
-      Check(cudaStreamSynchronize(rt.stream), "sync");
       std::memcpy(out_seen.data(), rt.h_out, rt.out_bytes);
-      if (i >= 100) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
-    latency = {Percentile(us, 0.5), Percentile(us, 0.99), 0.0};
-  }
-  if (release != nullptr) {
-    const bool timed_out = release->timed_out != 0;
-    cudaFreeHost(release);
-    if (timed_out) Die("floor with decode: a replay's copy timed out waiting for the release");
-  }
+  }, f.await);
   if (order_events) {
     cudaEventDestroy(previous);
     cudaEventDestroy(computed);
@@ -1751,20 +1686,6 @@ int Run(const Options& o) {
           iters, {.io = StepIo::kCopyKernels, .await = Await::kTimedEvents, .host = host});
       std::printf("%-34s %10.2f %10.2f %8.2f  gpu %.2f us\n", name, l.p50, l.p99,
                   l.p50 / floor1.p50, l.gpu_p50);
-    }
-    // The host's pack timed with the step (q/k/v copied into the staging, outputs out), with
-    // and without 1 us of other host work, before the launch or after it behind a release the
-    // graph's first kernel waits for (bench/NOTES.md, "launch before the pack").
-    for (int round = 0; round < 2; ++round) {  // alternating: this host's floor drifts
-      for (const auto& [pack, work, name] :
-           {std::tuple{TimedPack::kBeforeLaunch, 0.0, "  step, pack, launch"},
-            std::tuple{TimedPack::kAfterLaunch, 0.0, "  step, launch, pack, release"},
-            std::tuple{TimedPack::kBeforeLaunch, 1.0, "  step, pack + 1 us, launch"},
-            std::tuple{TimedPack::kAfterLaunch, 1.0, "  step, launch, pack + 1 us, rel."}}) {
-        const LatencyUs l = MeasureFloorWithDecode(
-            iters, {.io = StepIo::kCopyKernels, .pack = pack, .host_work_us = work});
-        std::printf("%-34s %10.2f %10.2f %8.2f\n", name, l.p50, l.p99, l.p50 / floor1.p50);
-      }
     }
     for (const auto& [io, name] : {std::pair{StepIo::kZeroCopyData, "  step, zero-copy q/k/v/out"},
                                    std::pair{StepIo::kZeroCopy, "  step, zero-copy everything"}}) {

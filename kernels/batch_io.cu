@@ -127,51 +127,6 @@ __global__ void CopyBytesKernel(const unsigned char* from, unsigned char* to, st
   for (std::size_t i = words * 16 + first; i < bytes; i += stride) to[i] = from[i];
 }
 
-// CopyBytesKernel behind the host's release (StagingRelease): thread 0 of each CTA polls
-// `ready` with system-scope acquire loads until it is nonzero, then the CTA copies, reading the
-// source with ld.global.cv (a line of it cached by an earlier launch is stale: the host wrote
-// the bytes after this launch). Past `timeout_ns` without a release it sets `timed_out`, copies
-// nothing and CTA 0 zeroes the first `zero_on_timeout` bytes of `to` (the kv_lengths: every
-// later kernel then skips every row).
-__global__ void CopyBytesAfterReleaseKernel(const unsigned char* from, unsigned char* to,
-                                            std::size_t bytes, StagingRelease* release,
-                                            std::size_t zero_on_timeout,
-                                            unsigned long long timeout_ns) {
-  WaitForPrerequisiteGrids();
-  AllowDependentLaunch();
-  __shared__ int released;
-  if (threadIdx.x == 0) {
-    const unsigned long long start = GlobalTimerNs();
-    unsigned ready = 0;
-    for (;;) {
-      asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(ready) : "l"(&release->ready)
-                   : "memory");
-      if (ready != 0 || GlobalTimerNs() - start > timeout_ns) break;
-    }
-    released = ready != 0;
-    if (!released) {
-      asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(&release->timed_out), "r"(1u)
-                   : "memory");
-    }
-  }
-  __syncthreads();
-  if (!released) {
-    if (blockIdx.x == 0) {
-      for (std::size_t i = threadIdx.x; i < zero_on_timeout; i += blockDim.x) to[i] = 0;
-    }
-    return;
-  }
-  const std::size_t words = bytes / 16;
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint4* src = reinterpret_cast<const uint4*>(from);
-  uint4* dst = reinterpret_cast<uint4*>(to);
-  for (std::size_t i = first; i < words; i += stride) dst[i] = __ldcv(src + i);
-  for (std::size_t i = words * 16 + first; i < bytes; i += stride) {
-    to[i] = *reinterpret_cast<const volatile unsigned char*>(from + i);
-  }
-}
-
 // MetadataCopyArgs: CTA `capacity` copies the whole regions, CTA r row r's needed blocks. Each
 // row's CTA reads its length across PCIe first (one round trip), then its blocks (another).
 __global__ void CopyMetadataKernel(MetadataCopyArgs a) {
@@ -199,27 +154,6 @@ __global__ void CopyMetadataKernel(MetadataCopyArgs a) {
 }
 
 __global__ void NeverRunsKernel() {}
-
-// One 16-byte word per thread, up to kCopyBlocks CTAs (each walks the rest grid-stride): enough
-// loads in flight to cover PCIe latency at tens of kilobytes.
-unsigned CopyBlocks(std::size_t bytes) {
-  constexpr std::size_t kCopyBlocks = 32;
-  const std::size_t words = (bytes + 15) / 16;
-  return static_cast<unsigned>(
-      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kCopyThreads - 1) / kCopyThreads)));
-}
-
-Status CheckCopyAfterRelease(const void* from, void* to, std::size_t bytes,
-                             const StagingRelease* release, std::size_t zero_on_timeout) {
-  if (((reinterpret_cast<std::uintptr_t>(from) | reinterpret_cast<std::uintptr_t>(to)) & 15u) != 0) {
-    return InvalidArgumentError("copy after release: from and to must be 16-byte aligned");
-  }
-  if (release == nullptr) return InvalidArgumentError("copy after release: release is null");
-  if (zero_on_timeout > bytes) {
-    return InvalidArgumentError("copy after release: zero_on_timeout is over bytes");
-  }
-  return Status::Ok();
-}
 
 // A kernel node of `func` over `blocks` CTAs of `threads`; the node copies `params` at creation.
 Status AddKernel(void* func, unsigned blocks, unsigned threads, void** params, cudaGraph_t graph,
@@ -253,33 +187,14 @@ Status AddCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t n
   const auto* src = static_cast<const unsigned char*>(from);
   auto* dst = static_cast<unsigned char*>(to);
   void* params[3] = {&src, &dst, &bytes};
-  return AddKernel(reinterpret_cast<void*>(CopyBytesKernel), CopyBlocks(bytes), kCopyThreads,
-                   params, graph, deps, num_deps, node);
-}
-
-Status AddCopyAfterReleaseNode(cudaGraph_t graph, const cudaGraphNode_t* deps,
-                               std::size_t num_deps, const void* from, void* to,
-                               std::size_t bytes, StagingRelease* release,
-                               std::size_t zero_on_timeout, std::chrono::nanoseconds timeout,
-                               cudaGraphNode_t* node) {
-  ATTNRT_RETURN_IF_ERROR(CheckCopyAfterRelease(from, to, bytes, release, zero_on_timeout));
-  const auto* src = static_cast<const unsigned char*>(from);
-  auto* dst = static_cast<unsigned char*>(to);
-  auto timeout_ns = static_cast<unsigned long long>(timeout.count());
-  void* params[6] = {&src, &dst, &bytes, &release, &zero_on_timeout, &timeout_ns};
-  return AddKernel(reinterpret_cast<void*>(CopyBytesAfterReleaseKernel), CopyBlocks(bytes),
-                   kCopyThreads, params, graph, deps, num_deps, node);
-}
-
-Status LaunchCopyAfterRelease(const void* from, void* to, std::size_t bytes,
-                              StagingRelease* release, std::size_t zero_on_timeout,
-                              std::chrono::nanoseconds timeout, cudaStream_t stream) {
-  ATTNRT_RETURN_IF_ERROR(CheckCopyAfterRelease(from, to, bytes, release, zero_on_timeout));
-  CopyBytesAfterReleaseKernel<<<CopyBlocks(bytes), kCopyThreads, 0, stream>>>(
-      static_cast<const unsigned char*>(from), static_cast<unsigned char*>(to), bytes, release,
-      zero_on_timeout, static_cast<unsigned long long>(timeout.count()));
-  ATTNRT_CUDA_RETURN_LAUNCH();
-  return Status::Ok();
+  // One 16-byte word per thread, up to kCopyBlocks CTAs (each walks the rest grid-stride):
+  // enough loads in flight to cover PCIe latency at tens of kilobytes.
+  constexpr std::size_t kCopyBlocks = 32;
+  const std::size_t words = (bytes + 15) / 16;
+  const auto blocks = static_cast<unsigned>(
+      std::max<std::size_t>(1, std::min(kCopyBlocks, (words + kCopyThreads - 1) / kCopyThreads)));
+  return AddKernel(reinterpret_cast<void*>(CopyBytesKernel), blocks, kCopyThreads, params, graph,
+                   deps, num_deps, node);
 }
 
 Status AddMetadataCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,

@@ -7,7 +7,6 @@
 
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -68,31 +67,6 @@ struct MetadataCopyArgs {
 // As a graph kernel node: one CTA per row plus one for the whole regions.
 Status AddMetadataCopyNode(cudaGraph_t graph, const cudaGraphNode_t* deps, std::size_t num_deps,
                            const MetadataCopyArgs& args, cudaGraphNode_t* node);
-
-// Launch before pack: a graph launched before the host has written its staging, whose first
-// kernel waits for the host's word. Both words live in mapped pinned memory (device-addressable
-// at the host address). Before the launch the host sets `ready` = 0 (and `timed_out` = 0); after
-// writing the staging it stores `ready` = 1 (x86 stores are seen in order; streaming stores need
-// an sfence first). `timed_out` is set by the GPU when no release came in time.
-struct StagingRelease {
-  unsigned ready;
-  unsigned timed_out;
-};
-
-// A copy node like AddCopyNode whose kernel first waits for `release->ready` (thread 0 of each
-// CTA polls it), then copies reading `from` afresh (ld.global.cv). Without a release within
-// `timeout` it sets `release->timed_out`, copies nothing, and zeroes the first
-// `zero_on_timeout` bytes of `to` (the staging's kv_lengths: every later kernel skips every
-// row). InvalidArgument for unaligned pointers, a null release or zero_on_timeout over bytes.
-Status AddCopyAfterReleaseNode(cudaGraph_t graph, const cudaGraphNode_t* deps,
-                               std::size_t num_deps, const void* from, void* to,
-                               std::size_t bytes, StagingRelease* release,
-                               std::size_t zero_on_timeout, std::chrono::nanoseconds timeout,
-                               cudaGraphNode_t* node);
-// The same kernel launched on `stream` (or captured there).
-Status LaunchCopyAfterRelease(const void* from, void* to, std::size_t bytes,
-                              StagingRelease* release, std::size_t zero_on_timeout,
-                              std::chrono::nanoseconds timeout, cudaStream_t stream);
 
 Status LaunchGather(const BatchIoArgs& args, cudaStream_t stream);
 Status LaunchScatter(const BatchIoArgs& args, cudaStream_t stream);

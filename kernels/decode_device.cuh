@@ -85,11 +85,4 @@ __device__ __forceinline__ void AllowDependentLaunch() {
 #endif
 }
 
-// The GPU's global nanosecond timer (%globaltimer; it advances in steps of up to a microsecond).
-__device__ __forceinline__ unsigned long long GlobalTimerNs() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-
 }  // namespace attnrt::kernels

@@ -1,17 +1,13 @@
-// kernels::AddCopyNode's, AddMetadataCopyNode's and the copy after release's argument checks
-// (batch_io.h): they refuse bad layouts before any CUDA call, so these run without a GPU too.
-// AddCopyNode's copies are checked on the GPU by the executor's tests
-// (GraphReplayIsBitIdenticalToEager compares the copy-kernel graphs of small buckets with the
-// eager memcpy path); the metadata copy here, on a poisoned mirror, and by every executor test of
-// device-memory pieces; the copy after release here: bytes written after the launch arrive, and
-// without a release it times out harmlessly.
+// kernels::AddCopyNode's and AddMetadataCopyNode's argument checks (batch_io.h): they refuse
+// bad layouts before any CUDA call, so these run without a GPU too. AddCopyNode's copies are
+// checked on the GPU by the executor's tests (GraphReplayIsBitIdenticalToEager compares the
+// copy-kernel graphs of small buckets with the eager memcpy path); the metadata copy here, on a
+// poisoned mirror, and by every executor test of device-memory pieces.
 #include "kernels/batch_io.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -108,107 +104,6 @@ TEST(AddMetadataCopyNodeTest, CopiesTheWholeRegionsAndEachRowsNeededBlocks) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaFree(device);
-  cudaFreeHost(host);
-}
-
-TEST(CopyAfterReleaseTest, BadArgumentsAreRefusedNamingTheRule) {
-  alignas(16) unsigned char from[64] = {};
-  alignas(16) unsigned char to[64] = {};
-  StagingRelease release{};
-  struct Case {
-    const void* from;
-    void* to;
-    StagingRelease* release;
-    std::size_t zero;
-    const char* says;
-  };
-  for (const Case& c : {Case{from + 4, to, &release, 0, "16-byte aligned"},
-                        Case{from, to, nullptr, 0, "release is null"},
-                        Case{from, to, &release, 65, "zero_on_timeout"}}) {
-    cudaGraphNode_t node = nullptr;
-    Status s = AddCopyAfterReleaseNode(/*graph=*/nullptr, nullptr, 0, c.from, c.to, 64,
-                                       c.release, c.zero, std::chrono::milliseconds(1), &node);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find(c.says), std::string::npos) << s.ToString();
-    EXPECT_EQ(node, nullptr);
-    s = LaunchCopyAfterRelease(c.from, c.to, 64, c.release, c.zero, std::chrono::milliseconds(1),
-                               nullptr);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find(c.says), std::string::npos) << s.ToString();
-  }
-}
-
-// A graph whose copy waits for the release, replayed 64 times; each time the host writes fresh
-// bytes only after the launch returned, then releases. Every replay's copy must carry that
-// replay's bytes: a line of the source cached from the previous replay would fail it.
-TEST(CopyAfterReleaseTest, CopiesTheBytesWrittenAfterTheLaunch) {
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: the copy runs on the GPU";
-  constexpr std::size_t kBytes = 24 * 1024 + 48;  // several CTAs, not a multiple of the grid
-  unsigned char* host = nullptr;
-  unsigned char* device = nullptr;
-  StagingRelease* release = nullptr;
-  ASSERT_EQ(cudaHostAlloc(&host, kBytes, cudaHostAllocMapped), cudaSuccess);
-  ASSERT_EQ(cudaHostAlloc(&release, sizeof(StagingRelease), cudaHostAllocMapped), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&device, kBytes), cudaSuccess);
-  *release = {};
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
-  cudaGraphNode_t node = nullptr;
-  const Status added = AddCopyAfterReleaseNode(graph, nullptr, 0, host, device, kBytes, release,
-                                               16, std::chrono::seconds(5), &node);
-  ASSERT_TRUE(added.ok()) << added.ToString();
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  std::vector<unsigned char> got(kBytes);
-  for (int replay = 0; replay < 64; ++replay) {
-    ASSERT_EQ(cudaMemsetAsync(device, 0xA5, kBytes, stream), cudaSuccess);
-    std::atomic_ref<unsigned>(release->ready).store(0, std::memory_order_relaxed);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    for (std::size_t i = 0; i < kBytes; ++i) host[i] = static_cast<unsigned char>(i * 13 + replay);
-    std::atomic_ref<unsigned>(release->ready).store(1, std::memory_order_release);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(got.data(), device, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < kBytes; ++i) wrong += got[i] != host[i];
-    ASSERT_EQ(wrong, 0u) << "replay " << replay << ": bytes not as written after the launch";
-  }
-  EXPECT_EQ(release->timed_out, 0u);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  cudaFree(device);
-  cudaFreeHost(release);
-  cudaFreeHost(host);
-}
-
-// No release: past its timeout the kernel says so, copies nothing and zeroes the leading bytes
-// it was told to (the staging's lengths), so a later kernel would skip every row.
-TEST(CopyAfterReleaseTest, WithoutAReleaseItTimesOutCopyingNothing) {
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: the copy runs on the GPU";
-  constexpr std::size_t kBytes = 4096, kZero = 64;
-  unsigned char* host = nullptr;
-  unsigned char* device = nullptr;
-  StagingRelease* release = nullptr;
-  ASSERT_EQ(cudaHostAlloc(&host, kBytes, cudaHostAllocMapped), cudaSuccess);
-  ASSERT_EQ(cudaHostAlloc(&release, sizeof(StagingRelease), cudaHostAllocMapped), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&device, kBytes), cudaSuccess);
-  std::memset(host, 0x11, kBytes);
-  *release = {};
-  ASSERT_EQ(cudaMemset(device, 0xA5, kBytes), cudaSuccess);
-  const Status launched = LaunchCopyAfterRelease(host, device, kBytes, release, kZero,
-                                                 std::chrono::milliseconds(2), nullptr);
-  ASSERT_TRUE(launched.ok()) << launched.ToString();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(release->timed_out, 1u);
-  std::vector<unsigned char> got(kBytes);
-  ASSERT_EQ(cudaMemcpy(got.data(), device, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (std::size_t i = 0; i < kBytes; ++i) {
-    ASSERT_EQ(got[i], i < kZero ? 0 : 0xA5) << "byte " << i;
-  }
-  cudaFree(device);
-  cudaFreeHost(release);
   cudaFreeHost(host);
 }
 
