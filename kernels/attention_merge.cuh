@@ -113,6 +113,35 @@ __device__ __forceinline__ const Half* QOfBatchRow(const PagedDecodeParams& p, i
   if (p.q_rows != nullptr) return reinterpret_cast<const Half*>(p.q_rows[batch_row]);
   return p.q + static_cast<std::int64_t>(batch_row) * p.num_q_heads * kHeadDim;
 }
+// Before griddepcontrol.wait: asks L2 for the lines a CTA of (batch_row, kv_head) reads first
+// once its prerequisite grids are done (the row's length and layer, the first lines of its block
+// table, its heads' q), so that after the wait they are L2 hits instead of HBM round trips one
+// after another (a metadata row evicted by the previous step's K/V). A prefetch returns no value:
+// an earlier grid still writing these lines is no race, as L2 keeps device memory coherent and
+// the reads after the wait see its final bytes. q only when read from the batch's tensor (a
+// request's own q pointer, q_rows, is itself a load).
+template <int kHeadDim>
+__device__ __forceinline__ void PrefetchRowStart(const PagedDecodeParams& p, int batch_row,
+                                                 int kv_head) {
+  constexpr int kTableLines = 8;  // a table row's first 256 entries: 4096 tokens in blocks of 16
+  const int t = static_cast<int>(threadIdx.x);
+  const int table_lines = min(kTableLines, (p.max_blocks_per_seq + 31) / 32);
+  const int q_lines = p.q_rows == nullptr ? p.group * kHeadDim / 64 : 0;  // 128-byte lines
+  const void* line = nullptr;
+  if (t == 0) {
+    line = p.kv_lengths + batch_row;
+  } else if (t == 1) {
+    line = p.layers + batch_row;
+  } else if (t - 2 < table_lines) {
+    line = p.block_tables + static_cast<std::int64_t>(batch_row) * p.max_blocks_per_seq +
+           (t - 2) * 32;
+  } else if (t - 2 - table_lines < q_lines) {
+    line = p.q + (static_cast<std::int64_t>(batch_row) * p.num_q_heads + kv_head * p.group) *
+                     kHeadDim +
+           (t - 2 - table_lines) * 64;
+  }
+  if (line != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+}
 template <int kHeadDim>
 __device__ __forceinline__ __half* OutOfRow(const PagedDecodeParams& p, std::int64_t row) {
   if (p.out_rows != nullptr) {

@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32, TcMinCtasPerSm<kHeadDim, kFp8>())
   extern __shared__ uint4 tc_smem[];
 
   StampCta(p.cta_trace, kCtaEntry);
+  PrefetchRowStart<kHeadDim>(p, blockIdx.z, blockIdx.y);
   WaitForPrerequisiteGrids();  // lengths, tables, q and the appended K/V come from earlier work
   AllowDependentLaunch();
   StampCta(p.cta_trace, kCtaPrerequisitesDone);
