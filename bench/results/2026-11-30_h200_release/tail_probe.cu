@@ -1,14 +1,14 @@
-// Probe (r10): is the one-wave tail of a GQA-shaped decode step (B=32, Hkv=8, T=4096, D=128:
+// Probe (r10, r11): is the one-wave tail of a GQA-shaped decode step (B=32, Hkv=8, T=4096, D=128:
 // 256 work items of 2 MB of K/V each, one CTA of 4 warps per item, two CTAs an SM) reducible by
 // letting CTAs that finish early take tiles from items still running? No attention math: each
 // warp streams its 8 KB tiles (a 16-token K block and its V block, 4 KB each, pages scattered
-// over a 512 MB pool as the KV cache's are) with 16-byte loads, 8 in flight a thread, folded
-// into a checksum. Modes:
+// over a 512 MB pool as the KV cache's are) with 16-byte loads folded into a checksum (r10: one
+// tile in flight a warp; r11: two, the next tile's loads issued before the current one is used). Modes:
 //   static   grid = 256 items; warp w of item i reads tiles w, w+4, ... (the kernel today)
 //   dynamic  grid = 256 primaries then 256 helpers (linear block order); every warp claims its
-//            next tile of its item from the item's counter (atomicAdd, one tile a claim,
-//            claimed a tile ahead); a helper whose item is done exits; the last CTA of an item
-//            resets its counter
+//            next tile of its item from the item's counter (atomicAdd, one tile a claim, made
+//            when the tile before is loaded); a helper whose item is done exits; the last CTA
+//            of an item resets its counter
 //   dynamic4 the same, claiming four tiles a time
 // Per mode: the median kernel time over 50 launches (CUDA events), the bytes / that time, and
 // the same bytes at the copy ceiling of one cudaMemcpy D2D of 512 MB measured in this process.
@@ -43,25 +43,53 @@ __device__ __forceinline__ uint4 Load(const uint4* p) {
   return v;
 }
 
-// One tile of this warp: 16 words a lane, all loads issued before any is used.
-__device__ __forceinline__ unsigned ReadTile(const uint4* pool, const int* pages, int item, int tile) {
+// A tile's 16 words a lane, loaded (LoadTile) and later folded (Fold): each warp keeps two tiles
+// in flight, the next one's loads issued before the current one is used.
+struct Tile {
+  uint4 w[16];
+};
+__device__ __forceinline__ void LoadTile(const uint4* pool, const int* pages, int item, int tile,
+                                         Tile& t) {
   const uint4* base = pool + static_cast<std::size_t>(pages[item * kTiles + tile]) * kWordsPerTile;
   const int lane = threadIdx.x & 31;
-  uint4 w[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) w[i] = Load(base + lane + 32 * i);
+  for (int i = 0; i < 16; ++i) t.w[i] = Load(base + lane + 32 * i);
+}
+__device__ __forceinline__ unsigned Fold(const Tile& t) {
   unsigned x = 0;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x ^= w[i].x ^ w[i].y ^ w[i].z ^ w[i].w;
+  for (int i = 0; i < 16; ++i) x ^= t.w[i].x ^ t.w[i].y ^ t.w[i].z ^ t.w[i].w;
+  return x;
+}
+
+// The warp's tiles in order: `next()` gives the tile after the last one given (>= kTiles: none).
+template <typename Next>
+__device__ __forceinline__ unsigned StreamTiles(const uint4* pool, const int* pages, int item,
+                                                Next next) {
+  unsigned x = 0;
+  Tile a, b;
+  int cur = next(), nxt = next();
+  if (cur < kTiles) LoadTile(pool, pages, item, cur, a);
+  while (cur < kTiles) {
+    if (nxt < kTiles) LoadTile(pool, pages, item, nxt, b);
+    const int after = nxt < kTiles ? next() : kTiles;
+    x ^= Fold(a);
+    cur = nxt;
+    if (cur >= kTiles) break;
+    const int after2 = after < kTiles ? next() : kTiles;
+    if (after < kTiles) LoadTile(pool, pages, item, after, a);
+    x ^= Fold(b);
+    cur = after;
+    nxt = after2;
+  }
   return x;
 }
 
 __global__ void __launch_bounds__(kThreads) Static(const uint4* pool, const int* pages, unsigned* sink) {
   extern __shared__ char smem[];
   const int item = blockIdx.x;
-  const int warp = threadIdx.x / 32;
-  unsigned x = 0;
-  for (int t = warp; t < kTiles; t += kWarps) x ^= ReadTile(pool, pages, item, t);
+  int t = static_cast<int>(threadIdx.x / 32) - kWarps;
+  const unsigned x = StreamTiles(pool, pages, item, [&] { return t += kWarps; });
   if (x == 0x9e3779b9u) sink[0] = x + smem[0];
 }
 
@@ -72,18 +100,17 @@ __global__ void __launch_bounds__(kThreads) Dynamic(const uint4* pool, const int
   extern __shared__ char smem[];
   const int item = blockIdx.x % kItems;  // blocks 0..255 primaries, 256..511 helpers
   const int lane = threadIdx.x & 31;
-  unsigned x = 0;
-  auto claim = [&]() {
-    unsigned c = 0;
-    if (lane == 0) c = atomicAdd(&counters[item], kClaim);
-    return static_cast<int>(__shfl_sync(0xffffffffu, c, 0));
-  };
-  int next = claim();
-  while (next < kTiles) {
-    const int mine = next;
-    next = claim();  // a claim ahead: its round trip overlaps this claim's tiles
-    for (int t = mine; t < min(mine + kClaim, kTiles); ++t) x ^= ReadTile(pool, pages, item, t);
-  }
+  int base = 0, used = kClaim;  // the current claim's first tile and how many of it are given
+  const unsigned x = StreamTiles(pool, pages, item, [&] {
+    if (used == kClaim) {
+      unsigned c = 0;
+      if (lane == 0) c = atomicAdd(&counters[item], kClaim);
+      base = static_cast<int>(__shfl_sync(0xffffffffu, c, 0));
+      used = 0;
+    }
+    const int t = base + used++;
+    return t < kTiles ? t : kTiles;
+  });
   if (x == 0x9e3779b9u) sink[0] = x + smem[0];
   __syncthreads();
   if (threadIdx.x == 0) {
