@@ -113,6 +113,7 @@ __device__ __forceinline__ const Half* QOfBatchRow(const PagedDecodeParams& p, i
   if (p.q_rows != nullptr) return reinterpret_cast<const Half*>(p.q_rows[batch_row]);
   return p.q + static_cast<std::int64_t>(batch_row) * p.num_q_heads * kHeadDim;
 }
+
 // Before griddepcontrol.wait: asks L2 for the lines a CTA of (batch_row, kv_head) reads first
 // once its prerequisite grids are done (the row's length and layer, the first lines of its block
 // table, its heads' q), so that after the wait they are L2 hits instead of HBM round trips one
@@ -142,6 +143,7 @@ __device__ __forceinline__ void PrefetchRowStart(const PagedDecodeParams& p, int
   }
   if (line != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }
+
 template <int kHeadDim>
 __device__ __forceinline__ __half* OutOfRow(const PagedDecodeParams& p, std::int64_t row) {
   if (p.out_rows != nullptr) {
